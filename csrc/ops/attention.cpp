@@ -1,0 +1,165 @@
+// sage::attention and sage::attention_with_lse: input checks, then prologue -> (V quantization) -> kernel,
+// each step through the dispatcher so every device runs its own kernels.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "attention_kernel.h"
+#include "common.h"
+#include "prologue.h"
+
+namespace sage {
+
+AttentionArgs check_attention_args(const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8,
+                                   const at::Tensor& k_scale, const at::Tensor& v,
+                                   const std::optional<at::Tensor>& v_scale, int64_t qo_len, const std::string& layout,
+                                   bool is_causal, at::ScalarType out_dtype) {
+  AttentionArgs a{q_int8, q_scale, k_int8, k_scale, v, v_scale};
+  a.hnd = is_hnd_layout(layout);
+  a.is_causal = is_causal;
+  a.out_dtype = out_dtype;
+  TORCH_CHECK(q_int8.scalar_type() == at::kChar && k_int8.scalar_type() == at::kChar && q_int8.dim() == 4 &&
+                  k_int8.dim() == 4 && q_int8.is_contiguous() && k_int8.is_contiguous(),
+              "sage::qk_int8_attention: q_int8 and k_int8 must be contiguous 4-D int8 tensors from "
+              "sage::quant_qk_int8");
+  TORCH_CHECK(v.dim() == 4 && (v.stride(3) == 1 || v.size(3) == 1),
+              "sage::qk_int8_attention: v must be 4-D with a contiguous last dimension");
+  a.fp8 = v.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(a.fp8 || v.scalar_type() == at::kHalf || v.scalar_type() == at::kBFloat16,
+              "sage::qk_int8_attention: v must be float16 or bfloat16 (accurate mode) or float8_e4m3fn with "
+              "v_scale (fast mode), got ", v.scalar_type());
+  TORCH_CHECK(a.fp8 == v_scale.has_value(), "sage::qk_int8_attention: v_scale must be given exactly when v is "
+              "float8_e4m3fn");
+  TORCH_CHECK(out_dtype == at::kHalf || out_dtype == at::kBFloat16 || out_dtype == at::kFloat,
+              "sage::qk_int8_attention: out_dtype must be float16, bfloat16 or float32, got ", out_dtype);
+  const HeadView hv = head_view(v, a.hnd);
+  a.batch = q_int8.size(0);
+  a.heads_q = q_int8.size(1);
+  a.heads_k = k_int8.size(1);
+  a.qo_len = qo_len;
+  a.kv_len = hv.tokens;
+  a.head_dim = hv.dim;
+  const int64_t dp = padded_head_dim(a.head_dim);
+  TORCH_CHECK(a.head_dim <= kMaxHeadDim && q_int8.size(3) == dp && k_int8.size(3) == dp,
+              "sage::qk_int8_attention: int8 head_dim ", q_int8.size(3), "/", k_int8.size(3),
+              " does not match v's head_dim ", a.head_dim, " (padded: ", dp, ")");
+  TORCH_CHECK(k_int8.size(0) == a.batch && hv.batch == a.batch && hv.heads == a.heads_k && a.heads_k >= 1 &&
+                  a.heads_q % a.heads_k == 0,
+              "sage::qk_int8_attention: batch/heads disagree: q_int8 ", q_int8.sizes(), ", k_int8 ",
+              k_int8.sizes(), ", v ", v.sizes());
+  TORCH_CHECK(qo_len >= 0 && q_int8.size(2) == round_up(qo_len, kBlockQTokens) &&
+                  k_int8.size(2) == round_up(a.kv_len, kBlockKTokens),
+              "sage::qk_int8_attention: qo_len ", qo_len, " / kv_len ", a.kv_len,
+              " do not match the padded int8 lengths ", q_int8.size(2), " / ", k_int8.size(2));
+  TORCH_CHECK(q_scale.scalar_type() == at::kFloat && k_scale.scalar_type() == at::kFloat &&
+                  q_scale.is_contiguous() && k_scale.is_contiguous() &&
+                  q_scale.sizes() == at::IntArrayRef({a.batch, a.heads_q, q_int8.size(2) / kBlockQTokens}) &&
+                  k_scale.sizes() == at::IntArrayRef({a.batch, a.heads_k, k_int8.size(2) / kBlockKTokens}),
+              "sage::qk_int8_attention: q_scale/k_scale must be contiguous float32 [B, H, blocks], got ",
+              q_scale.sizes(), " and ", k_scale.sizes());
+  if (a.fp8) {
+    TORCH_CHECK(v_scale->scalar_type() == at::kFloat && v_scale->is_contiguous() &&
+                    v_scale->sizes() == at::IntArrayRef({a.batch, a.heads_k, a.head_dim}),
+                "sage::qk_int8_attention: v_scale must be contiguous float32 [B, Hkv, D], got ", v_scale->sizes());
+  }
+  for (const at::Tensor* t : {&q_scale, &k_int8, &k_scale, &v}) {
+    TORCH_CHECK(t->device() == q_int8.device(), "sage::qk_int8_attention: all inputs must be on ", q_int8.device(),
+                ", got one on ", t->device());
+  }
+  return a;
+}
+
+std::tuple<at::Tensor, at::Tensor> allocate_attention_out(const AttentionArgs& a) {
+  const auto opts = a.v.options();
+  at::Tensor out = a.hnd ? at::empty({a.batch, a.heads_q, a.qo_len, a.head_dim}, opts.dtype(a.out_dtype))
+                         : at::empty({a.batch, a.qo_len, a.heads_q, a.head_dim}, opts.dtype(a.out_dtype));
+  at::Tensor lse = at::empty({a.batch, a.heads_q, a.qo_len}, opts.dtype(at::kFloat));
+  return {out, lse};
+}
+
+namespace {
+
+enum class PvMode { kFp16, kFp8 };
+
+PvMode resolve_pv_mode(const std::string& mode) {
+  // "auto" is the measured best per device; accurate until a GPU table says otherwise (docs/FINDINGS.md).
+  if (mode == "auto" || mode == "fp16") return PvMode::kFp16;
+  if (mode == "fp8") return PvMode::kFp8;
+  TORCH_CHECK(false, "sage: pv_mode must be \"auto\", \"fp16\" (accurate: P and V in float16) or \"fp8\" "
+              "(fast: P and V in float8_e4m3), got \"", mode, "\"");
+}
+
+using QuantOut = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 c10::string_view layout_view, bool is_causal,
+                                                 std::optional<double> sm_scale, bool smooth_k,
+                                                 c10::string_view pv_mode, bool want_lse) {
+  const std::string layout(layout_view);
+  const bool hnd = is_hnd_layout(layout);
+  check_qkv(q, k, &v, hnd, /*allow_fp32=*/true);
+  const PvMode mode = resolve_pv_mode(std::string(pv_mode));
+  const double scale = sm_scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  TORCH_CHECK(std::isfinite(scale), "sage: sm_scale must be finite, got ", scale);
+  const at::ScalarType out_dtype = q.scalar_type();
+  // float32 is computed as float16 (docs/SEMANTICS.md).
+  const auto as16 = [&](const at::Tensor& t) { return out_dtype == at::kFloat ? t.to(at::kHalf) : t; };
+  const at::Tensor q16 = as16(q), k16 = as16(k), v16 = as16(v);
+
+  static auto quant_qk = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("sage::quant_qk_int8", "")
+                             .typed<QuantOut(const at::Tensor&, const at::Tensor&, c10::string_view, double, bool)>();
+  static auto quant_v = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("sage::quant_v_fp8", "")
+                            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view)>();
+  static auto kernel = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("sage::qk_int8_attention", "")
+                           .typed<std::tuple<at::Tensor, at::Tensor>(
+                               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, const std::optional<at::Tensor>&, c10::SymInt, c10::string_view,
+                               bool, at::ScalarType)>();
+
+  auto [q_int8, q_scale, k_int8, k_scale, k_mean] = quant_qk.call(q16, k16, layout, scale, smooth_k);
+  at::Tensor v_in;
+  std::optional<at::Tensor> v_scale;
+  if (mode == PvMode::kFp8) {
+    auto [v8, vs] = quant_v.call(v16, layout);
+    v_in = v8;
+    v_scale = vs;
+  } else {
+    v_in = v16;  // P is rounded to V's 16-bit type: bfloat16 keeps V's range (docs/SEMANTICS.md)
+  }
+  const int64_t qo_len = head_view(q, hnd).tokens, kv_len = head_view(k, hnd).tokens;
+  auto [out, lse] = kernel.call(q_int8, q_scale, k_int8, k_scale, v_in, v_scale, c10::SymInt(qo_len), layout,
+                                is_causal, out_dtype);
+  if (want_lse && smooth_k && kv_len > 0 && lse.numel() > 0) {
+    // softmax ignores the subtracted key mean, lse does not: add back sm_scale * q . k_mean.
+    const at::Tensor q_hnd = hnd ? q : q.transpose(1, 2);
+    const int64_t group = q_hnd.size(1) / k_mean.size(1);
+    const at::Tensor mean = group == 1 ? k_mean : k_mean.repeat_interleave(group, 1);
+    lse.add_(at::matmul(q_hnd.to(at::kFloat), mean.unsqueeze(-1)).squeeze(-1), scale);
+  }
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_with_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                      c10::string_view layout, bool is_causal,
+                                                      std::optional<double> sm_scale, bool smooth_k,
+                                                      c10::string_view pv_mode) {
+  return run_attention(q, k, v, layout, is_causal, sm_scale, smooth_k, pv_mode, /*want_lse=*/true);
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view layout,
+                     bool is_causal, std::optional<double> sm_scale, bool smooth_k, c10::string_view pv_mode) {
+  return std::get<0>(run_attention(q, k, v, layout, is_causal, sm_scale, smooth_k, pv_mode, /*want_lse=*/false));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sage, CompositeExplicitAutograd, m) {
+  m.impl("attention", &attention);
+  m.impl("attention_with_lse", &attention_with_lse);
+}
+
+}  // namespace sage

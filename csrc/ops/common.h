@@ -1,0 +1,35 @@
+// Shapes, layouts and input checks shared by every sage op (CPU and GPU host side).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace sage {
+
+constexpr int64_t kBlockQTokens = 128;  // query tokens per int8 block
+constexpr int64_t kBlockKTokens = 64;   // key tokens per int8 block
+constexpr int64_t kMaxHeadDim = 256;
+
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// head_dim is zero-padded to the sizes the kernels are built for.
+inline int64_t padded_head_dim(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
+
+// A [B, H, N, D] view of an input in either layout, with element strides.
+struct HeadView {
+  int64_t batch, heads, tokens, dim;
+  int64_t stride_b, stride_h, stride_n;
+};
+
+// "HND" -> true, "NHD" -> false; anything else is an error.
+bool is_hnd_layout(const std::string& layout);
+
+HeadView head_view(const at::Tensor& t, bool hnd);
+
+// Checks one input of the attention ops: rank, dtype, last-dim contiguity.
+void check_input(const at::Tensor& t, const char* name, bool allow_fp32);
+
+// Checks q/k (and v when defined) against each other: device, dtype, batch, heads (GQA), head_dim, kv length.
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v, bool hnd, bool allow_fp32);
+
+}  // namespace sage

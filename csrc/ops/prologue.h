@@ -1,0 +1,34 @@
+// Outputs of the prologue, allocated the same way by every backend.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "common.h"
+
+namespace sage {
+
+constexpr float kFp8Max = 448.0f;  // largest finite float8_e4m3fn
+
+struct QuantQK {
+  at::Tensor q_int8, q_scale, k_int8, k_scale, k_mean;
+};
+
+// sm_scale * log2(e), formed in double and rounded once to float32, so every backend folds the same number.
+inline float q_multiplier(double sm_scale) { return static_cast<float>(sm_scale * 1.4426950408889634); }
+
+inline QuantQK allocate_quant_qk(const at::Tensor& q, const at::Tensor& k, bool hnd, bool smooth_k) {
+  const HeadView vq = head_view(q, hnd), vk = head_view(k, hnd);
+  const int64_t dp = padded_head_dim(vq.dim);
+  const int64_t nq = round_up(vq.tokens, kBlockQTokens), nk = round_up(vk.tokens, kBlockKTokens);
+  const auto i8 = q.options().dtype(at::kChar), f32 = q.options().dtype(at::kFloat);
+  QuantQK r;
+  r.q_int8 = at::empty({vq.batch, vq.heads, nq, dp}, i8);
+  r.q_scale = at::empty({vq.batch, vq.heads, nq / kBlockQTokens}, f32);
+  r.k_int8 = at::empty({vk.batch, vk.heads, nk, dp}, i8);
+  r.k_scale = at::empty({vk.batch, vk.heads, nk / kBlockKTokens}, f32);
+  r.k_mean = smooth_k ? at::empty({vk.batch, vk.heads, vk.dim}, f32) : at::empty({0}, f32);
+  return r;
+}
+
+}  // namespace sage

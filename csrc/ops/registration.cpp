@@ -1,0 +1,41 @@
+// The sage op schemas, and the Autograd kernels that make them inference-only.
+#include <Python.h>
+#include <torch/library.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+
+// Importing torch_sage._C loads this library, which registers the ops.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}
+
+namespace {
+constexpr const char* kOps[] = {"quant_qk_int8", "quant_v_fp8", "qk_int8_attention", "attention",
+                                "attention_with_lse"};
+}
+
+TORCH_LIBRARY(sage, m) {
+  // Prologue: per-block int8 Q and K with float32 scales (docs/SEMANTICS.md, "Prologue").
+  m.def(
+      "quant_qk_int8(Tensor q, Tensor k, str tensor_layout, float sm_scale, bool smooth_k) -> "
+      "(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor k_mean)");
+  // Per-channel FP8 (e4m3) V for the fast mode.
+  m.def("quant_v_fp8(Tensor v, str tensor_layout) -> (Tensor v_fp8, Tensor v_scale)");
+  // Attention on quantized inputs. v is float16/bfloat16 (accurate mode) or float8_e4m3fn with v_scale (fast mode).
+  m.def(
+      "qk_int8_attention(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
+      "Tensor? v_scale, SymInt qo_len, str tensor_layout, bool is_causal, ScalarType out_dtype) -> "
+      "(Tensor out, Tensor lse)");
+  // The whole call, as users make it.
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, str tensor_layout=\"HND\", bool is_causal=False, "
+      "float? sm_scale=None, bool smooth_k=True, str pv_mode=\"auto\") -> Tensor");
+  m.def(
+      "attention_with_lse(Tensor q, Tensor k, Tensor v, str tensor_layout=\"HND\", bool is_causal=False, "
+      "float? sm_scale=None, bool smooth_k=True, str pv_mode=\"auto\") -> (Tensor out, Tensor lse)");
+}
+
+// No op has a backward: a backward through any of them raises instead of returning a wrong gradient.
+TORCH_LIBRARY_IMPL(sage, Autograd, m) {
+  for (const char* op : kOps) m.impl(op, torch::autograd::autogradNotImplementedFallback());
+}

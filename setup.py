@@ -1,0 +1,62 @@
+"""Builds torch_sage._C against the installed torch.
+
+The backend follows the installed torch, never the presence of a GPU:
+  CPU-only torch -> the C++ CPU kernels only (no CUDA or ROCm needed);
+  CUDA torch     -> also csrc/hip through nvcc (TORCH_CUDA_ARCH_LIST, default "8.0;9.0");
+  ROCm torch     -> also csrc/hip through hipcc (PYTORCH_ROCM_ARCH, default "gfx1201;gfx1200").
+"""
+import glob
+import os
+
+import torch
+from setuptools import setup
+from torch.utils import cpp_extension as ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def rel(pattern):
+    return sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pattern)))
+
+
+def gpu_backend():
+    if torch.version.hip and ext.ROCM_HOME:
+        return "rocm"
+    if torch.version.cuda and ext.CUDA_HOME:
+        return "cuda"
+    return None
+
+
+def extension():
+    cpu_sources = [p for p in rel("csrc/ops/*.cpp") if not os.path.basename(p).startswith("gpu_")]
+    # at::parallel_for is an OpenMP loop in torch's headers: without -fopenmp it runs on one thread.
+    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    backend = gpu_backend()
+    if backend is None:
+        return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx},
+                                extra_link_args=["-fopenmp"])
+    sources = cpu_sources + rel("csrc/ops/gpu_*.cpp")
+    if backend == "cuda":
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+        # BuildExtension sends only .cu files to nvcc; each csrc/hip/X.cu is a one-line include of X.hip.
+        sources += rel("csrc/hip/*.cu")
+        device_flags = {"nvcc": ["-O3", "-std=c++17", "-lineinfo"]}
+    else:
+        os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")
+        # The .hip files go to hipcc as they are; there is no CUDA source for hipify to rewrite.
+        sources += rel("csrc/hip/*.hip")
+        device_flags = {"nvcc": ["-O3", "-std=c++17"]}
+    return ext.CUDAExtension(
+        "torch_sage._C",
+        sources,
+        include_dirs=[os.path.join(HERE, "csrc", "hip")],
+        define_macros=[("SAGE_WITH_GPU", "1")],
+        extra_compile_args={"cxx": cxx, **device_flags},
+        extra_link_args=["-fopenmp"],
+    )
+
+
+setup(
+    ext_modules=[extension()],
+    cmdclass={"build_ext": ext.BuildExtension.with_options(use_ninja=True)},
+)

@@ -1,0 +1,40 @@
+"""torch_sage.sageattn keeps SageAttention 2.2.0's call shape."""
+import inspect
+
+import pytest
+import torch
+
+import torch_sage
+from conftest import assert_accurate, exact_attention, make_qkv
+
+
+def test_signature_matches_sageattention_2_2_0():
+    params = inspect.signature(torch_sage.sageattn).parameters
+    assert list(params)[:7] == ["q", "k", "v", "tensor_layout", "is_causal", "sm_scale", "return_lse"]
+    assert params["tensor_layout"].default == "HND" and params["is_causal"].default is False
+    assert params["sm_scale"].default is None and params["return_lse"].default is False
+    assert params["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
+
+
+@pytest.mark.parametrize("layout", ["HND", "NHD"])
+def test_positional_and_keyword_calls(layout):
+    q, k, v = make_qkv(1, 4, 2, 200, 150, 128, layout=layout, dtype=torch.bfloat16)
+    ref, ref_lse = exact_attention(q, k, v, layout, is_causal=True, sm_scale=0.1)
+    out = torch_sage.sageattn(q, k, v, layout, True, 0.1)
+    assert_accurate(out, ref, "fp16")
+    out2, lse = torch_sage.sageattn(q, k, v, tensor_layout=layout, is_causal=True, sm_scale=0.1, return_lse=True)
+    assert torch.equal(out2, out)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=0.05, rtol=0.005)
+
+
+def test_known_kwargs_are_honoured_unknown_ignored():
+    q, k, v = make_qkv(1, 2, 2, 128, 128, 64)
+    base = torch_sage.sageattn(q, k, v)
+    assert torch.equal(base, torch_sage.sageattn(q, k, v, qk_quant_gran="per_warp", smooth_v=False, foo=1))
+    assert torch.equal(torch_sage.sageattn(q, k, v, smooth_k=False),
+                       torch.ops.sage.attention(q, k, v, smooth_k=False))
+    assert torch.equal(torch_sage.sageattn(q, k, v, pv_accum_dtype="fp32+fp32"),
+                       torch.ops.sage.attention(q, k, v, pv_mode="fp8"))
+    assert torch.equal(torch_sage.sageattn(q, k, v, pv_accum_dtype="fp32"), base)
+    with pytest.raises(ValueError, match="pv_accum_dtype must be one of"):
+        torch_sage.sageattn(q, k, v, pv_accum_dtype="fp64")

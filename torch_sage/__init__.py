@@ -1,0 +1,14 @@
+"""torch_sage: SageAttention-style 8-bit attention as PyTorch custom ops.
+
+Importing the package loads the compiled library (which defines the ``torch.ops.sage.*`` ops and their
+CPU kernels) and registers the fake kernels that torch.compile and torch.export need.
+"""
+import torch  # noqa: F401  (the extension links against torch: load it first)
+
+from . import _C  # noqa: F401  (registers torch.ops.sage.*)
+from . import ops  # noqa: F401  (fake kernels)
+from .api import sageattn
+from .ops import attention, attention_with_lse
+
+__version__ = "0.1.0"
+__all__ = ["attention", "attention_with_lse", "sageattn", "__version__"]
