@@ -30,7 +30,8 @@ def gpu_backend():
 def extension():
     cpu_sources = [p for p in rel("csrc/ops/*.cpp") if not os.path.basename(p).startswith("gpu_")]
     # at::parallel_for is an OpenMP loop in torch's headers: without -fopenmp it runs on one thread.
-    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    # The C++ standard is torch's choice (BuildExtension adds it).
+    cxx = ["-O3", "-fopenmp"]
     backend = gpu_backend()
     if backend is None:
         return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx},
@@ -40,12 +41,12 @@ def extension():
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
         # BuildExtension sends only .cu files to nvcc; each csrc/hip/X.cu is a one-line include of X.hip.
         sources += rel("csrc/hip/*.cu")
-        device_flags = {"nvcc": ["-O3", "-std=c++17", "-lineinfo"]}
+        device_flags = {"nvcc": ["-O3", "-lineinfo"]}
     else:
         os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")
         # The .hip files go to hipcc as they are; there is no CUDA source for hipify to rewrite.
         sources += rel("csrc/hip/*.hip")
-        device_flags = {"nvcc": ["-O3", "-std=c++17"]}
+        device_flags = {"nvcc": ["-O3"]}
     return ext.CUDAExtension(
         "torch_sage._C",
         sources,

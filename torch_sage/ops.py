@@ -1,5 +1,4 @@
 """Typed Python entry points of the sage ops, and their fake kernels (shapes only, for tracing)."""
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -34,6 +33,7 @@ def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HN
     return torch.ops.sage.attention_with_lse(q, k, v, tensor_layout, is_causal, sm_scale, smooth_k, pv_mode)
 
 
+@torch.library.register_fake("sage::_quant_qk_int8_triton")
 @torch.library.register_fake("sage::quant_qk_int8")
 def _quant_qk_int8_fake(q, k, tensor_layout, sm_scale, smooth_k):
     bq, hq, nq, d = _bhnd(q, tensor_layout)
@@ -83,6 +83,3 @@ def _attention_with_lse_fake(q, k, v, tensor_layout="HND", is_causal=False, sm_s
                              pv_mode="auto"):
     return _attention_fake_outputs(q, tensor_layout)
 
-
-def default_sm_scale(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)

@@ -10,14 +10,19 @@ extern "C" PyObject* PyInit__C(void) {
 }
 
 namespace {
-constexpr const char* kOps[] = {"quant_qk_int8", "quant_v_fp8", "qk_int8_attention", "attention",
-                                "attention_with_lse"};
+constexpr const char* kOps[] = {"quant_qk_int8", "_quant_qk_int8_triton", "quant_v_fp8", "qk_int8_attention",
+                                "attention", "attention_with_lse"};
 }
 
 TORCH_LIBRARY(sage, m) {
   // Prologue: per-block int8 Q and K with float32 scales (docs/SEMANTICS.md, "Prologue").
   m.def(
       "quant_qk_int8(Tensor q, Tensor k, str tensor_layout, float sm_scale, bool smooth_k) -> "
+      "(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor k_mean)");
+  // The Triton implementation of the same prologue; quant_qk_int8 routes to it when
+  // SAGEATTN_SK1_PROLOGUE=triton. Its GPU kernel is registered from Python (torch_sage/gpu_kernels.py).
+  m.def(
+      "_quant_qk_int8_triton(Tensor q, Tensor k, str tensor_layout, float sm_scale, bool smooth_k) -> "
       "(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor k_mean)");
   // Per-channel FP8 (e4m3) V for the fast mode.
   m.def("quant_v_fp8(Tensor v, str tensor_layout) -> (Tensor v_fp8, Tensor v_scale)");

@@ -1,0 +1,103 @@
+"""Prologue speed on the GPU, in one run:
+1. bandwidth: bytes read + written over time, HIP and Triton prologue, beside a device-to-device copy of the
+   same number of bytes (H=40, D=128, N from 256 to 75,600);
+2. short calls: per-call wall time (host included, one call at a time) of HIP vs Triton for N=256..1024.
+
+python benchmarks/bench_prologue.py [--csv out.csv]
+"""
+import argparse
+import csv
+import os
+import time
+
+import torch
+
+import torch_sage  # noqa: F401
+
+LENGTHS = [256, 1024, 4096, 16384, 32760, 75600]
+
+
+def set_impl(impl):
+    os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
+
+
+def gpu_ms(fn, reps=50):
+    """Median device time of fn from CUDA events, one event pair per call."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def wall_us(fn, reps=200):
+    """Median wall time of one call including the host, synchronized after each call."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--csv")
+    args = p.parse_args()
+    rows = []
+    h, d = 40, 128
+    print(f"{'N':>7s} {'smooth_k':>8s} {'MB moved':>9s} {'copy GB/s':>10s} {'HIP GB/s':>9s} {'HIP/copy':>8s} "
+          f"{'Triton GB/s':>11s} {'Triton/copy':>11s}")
+    for n in LENGTHS:
+        q = torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16)
+        n_q, n_k = -(-n // 128) * 128, -(-n // 64) * 64
+        read = 2 * q.numel() + 2 * k.numel()
+        written = h * (n_q + n_k) * d + 4 * h * (n_q // 128 + n_k // 64)
+        moved = read + written
+        src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        copy_ms = gpu_ms(lambda: dst.copy_(src))  # reads moved/2 and writes moved/2 bytes
+        for smooth_k in (False, True):
+            res = {}
+            for impl in ("hip", "triton"):
+                set_impl(impl)
+                res[impl] = gpu_ms(lambda: torch.ops.sage.quant_qk_int8(q, k, "HND", 0.088, smooth_k))
+            rate = lambda ms: moved / ms / 1e6  # noqa: E731  GB/s
+            print(f"{n:7d} {str(smooth_k):>8s} {moved / 1e6:9.1f} {rate(copy_ms):10.0f} {rate(res['hip']):9.0f} "
+                  f"{copy_ms / res['hip']:8.2f} {rate(res['triton']):11.0f} {copy_ms / res['triton']:11.2f}")
+            rows.append(dict(kind="bandwidth", n=n, smooth_k=smooth_k, bytes=moved, copy_ms=copy_ms,
+                             hip_ms=res["hip"], triton_ms=res["triton"]))
+        del q, k, src, dst
+    print(f"\n{'N':>7s} {'smooth_k':>8s} {'HIP us/call':>12s} {'Triton us/call':>15s} {'Triton/HIP':>10s}")
+    for n in (256, 512, 1024):
+        q = torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16)
+        for smooth_k in (False, True):
+            res = {}
+            for impl in ("hip", "triton"):
+                set_impl(impl)
+                res[impl] = wall_us(lambda: torch.ops.sage.quant_qk_int8(q, q, "HND", 0.088, smooth_k))
+            print(f"{n:7d} {str(smooth_k):>8s} {res['hip']:12.1f} {res['triton']:15.1f} "
+                  f"{res['triton'] / res['hip']:10.2f}")
+            rows.append(dict(kind="short_call", n=n, smooth_k=smooth_k, hip_us=res["hip"], triton_us=res["triton"]))
+    os.environ.pop("SAGEATTN_SK1_PROLOGUE", None)
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.csv:
+        keys = sorted({k for r in rows for k in r})
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

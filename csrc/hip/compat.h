@@ -1,0 +1,209 @@
+// One source, two toolchains: the csrc/hip kernels compile with nvcc (CUDA) and
+// with hipcc / clang -x hip (ROCm) through this header only. No ATen here.
+//
+// Numerics: the prologue is specified bit for bit (docs/SEMANTICS.md), so every
+// float op that matters goes through a *_rn wrapper below. Never build these
+// files with fast-math, -ftz, or -fno-hip-fp32-correctly-rounded-divide-sqrt.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__HIP__) || defined(__HIPCC__)
+#define SAGE_HIP 1
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#if __has_include(<hip/hip_bf16.h>)
+#include <hip/hip_bf16.h>
+typedef __hip_bfloat16 sage_bf16;
+#else  // ROCm < 5.7 only has the class-style bfloat16
+#include <hip/hip_bfloat16.h>
+typedef hip_bfloat16 sage_bf16;
+#endif
+typedef __half sage_half;
+typedef hipStream_t sage_stream_t;
+typedef hipError_t sage_error_t;
+#define SAGE_SUCCESS hipSuccess
+#define SAGE_ERROR_INVALID_VALUE hipErrorInvalidValue
+#define sage_get_last_error hipGetLastError
+#if defined(__FAST_MATH__)
+#error "csrc/hip must not be compiled with -ffast-math: the prologue is bit-exact"
+#endif
+#else  // CUDA
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef __half sage_half;
+typedef __nv_bfloat16 sage_bf16;
+typedef cudaStream_t sage_stream_t;
+typedef cudaError_t sage_error_t;
+#define SAGE_SUCCESS cudaSuccess
+#define SAGE_ERROR_INVALID_VALUE cudaErrorInvalidValue
+#define sage_get_last_error cudaGetLastError
+#if defined(__USE_FAST_MATH__)
+#error "csrc/hip must not be compiled with --use_fast_math: the prologue is bit-exact"
+#endif
+#endif
+
+// Triple-chevron launches are accepted by nvcc and by clang/hipcc alike; the macro
+// keeps one spelling in case a target ever needs hipLaunchKernelGGL.
+#define SAGE_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+
+// Max threads per block plus, on NVIDIA, a minimum of resident blocks per SM (caps
+// registers). HIP's second argument means something else (waves per EU), so it is dropped.
+#if defined(SAGE_HIP)
+#define SAGE_LAUNCH_BOUNDS(max_threads, min_blocks) __launch_bounds__(max_threads)
+#else
+#define SAGE_LAUNCH_BOUNDS(max_threads, min_blocks) __launch_bounds__(max_threads, min_blocks)
+#endif
+
+// Warp (wavefront) size. NVIDIA: 32. AMD: 64 on gfx9 (CDNA), 32 by default on
+// gfx10-12 (RDNA), 64 there with -mwavefrontsize64, so it is never assumed. ROCm 7
+// deprecates __AMDGCN_WAVEFRONT_SIZE__ and the constexpr warpSize, so we use the
+// builtin, which the AMDGPU backend folds to the per-target constant. Device code
+// may rely only on: a power of two in [32, 64].
+#if defined(SAGE_HIP)
+#if defined(__HIP_DEVICE_COMPILE__)
+#define SAGE_WARP_SIZE ((int)__builtin_amdgcn_wavefrontsize())
+#else
+#define SAGE_WARP_SIZE 64  // host pass: never used for sizing, only to parse
+#endif
+#else
+#define SAGE_WARP_SIZE 32
+#endif
+#define SAGE_MIN_WARP_SIZE 32  // for sizing per-warp shared arrays
+#define SAGE_MAX_WARP_SIZE 64  // for fully unrolled butterflies
+
+namespace sage {
+namespace compat {
+
+__device__ __forceinline__ float as_float(uint32_t u) {
+#if defined(SAGE_HIP)
+  return __builtin_bit_cast(float, u);
+#else
+  return __uint_as_float(u);
+#endif
+}
+
+__device__ __forceinline__ uint32_t as_uint(float f) {
+#if defined(SAGE_HIP)
+  return __builtin_bit_cast(uint32_t, f);
+#else
+  return __float_as_uint(f);
+#endif
+}
+
+// Correctly rounded (IEEE round-to-nearest-even) float ops, never contracted into FMA.
+// HIP: plain operators are IEEE by default (its __frcp_rn is an approximation, avoid it);
+// the .hip files also turn FP contraction off for clang.
+__device__ __forceinline__ float fdiv_rn(float a, float b) {
+#if defined(SAGE_HIP)
+  return a / b;
+#else
+  return __fdiv_rn(a, b);
+#endif
+}
+
+__device__ __forceinline__ float frcp_rn(float a) {
+#if defined(SAGE_HIP)
+  return 1.0f / a;
+#else
+  return __frcp_rn(a);
+#endif
+}
+
+__device__ __forceinline__ float fadd_rn(float a, float b) {
+#if defined(SAGE_HIP)
+  return a + b;
+#else
+  return __fadd_rn(a, b);
+#endif
+}
+
+__device__ __forceinline__ float fmul_rn(float a, float b) {
+#if defined(SAGE_HIP)
+  return a * b;
+#else
+  return __fmul_rn(a, b);
+#endif
+}
+
+__device__ __forceinline__ float fma_rn(float a, float b, float c) {
+#if defined(SAGE_HIP)
+  return __builtin_fmaf(a, b, c);
+#else
+  return __fmaf_rn(a, b, c);
+#endif
+}
+
+// Round to nearest, ties to even.
+__device__ __forceinline__ int float2int_rn(float a) {
+#if defined(SAGE_HIP)
+  return (int)__builtin_rintf(a);
+#else
+  return __float2int_rn(a);
+#endif
+}
+
+// Raw storage bits -> float (exact). Two fp16/bf16 values packed in one 32-bit word.
+__device__ __forceinline__ void half2_bits_to_float2(uint32_t w, float& lo, float& hi) {
+#if defined(SAGE_HIP)
+  lo = (float)__builtin_bit_cast(_Float16, (uint16_t)(w & 0xffffu));
+  hi = (float)__builtin_bit_cast(_Float16, (uint16_t)(w >> 16));
+#else
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
+  lo = f.x;
+  hi = f.y;
+#endif
+}
+
+__device__ __forceinline__ void bf162_bits_to_float2(uint32_t w, float& lo, float& hi) {
+  // bfloat16 is the top half of a float32: the conversion is a shift, NaN payload kept.
+  lo = as_float(w << 16);
+  hi = as_float(w & 0xffff0000u);
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t b) {
+#if defined(SAGE_HIP)
+  return (float)__builtin_bit_cast(_Float16, b);
+#else
+  return __half2float(__ushort_as_half(b));
+#endif
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return as_float((uint32_t)b << 16); }
+
+// The one warp shuffle: butterfly exchange with lane ^ lane_mask (lane_mask < SAGE_WARP_SIZE).
+// Every lane of the warp must call it. On AMD it is ds_bpermute (no lane-mask argument,
+// which sidesteps ROCm 7's 64-bit-mask requirement for *_sync shuffles).
+__device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int lane_mask) {
+#if defined(SAGE_HIP)
+  const int lane = (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+  return (uint32_t)__builtin_amdgcn_ds_bpermute((lane ^ lane_mask) << 2, (int)v);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+#endif
+}
+
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
+  return as_float(shfl_xor(as_uint(v), lane_mask));
+}
+
+__device__ __forceinline__ double shfl_xor(double v, int lane_mask) {
+#if defined(SAGE_HIP)
+  const uint64_t u = __builtin_bit_cast(uint64_t, v);
+#else
+  const uint64_t u = (uint64_t)__double_as_longlong(v);
+#endif
+  const uint32_t lo = shfl_xor((uint32_t)u, lane_mask);
+  const uint32_t hi = shfl_xor((uint32_t)(u >> 32), lane_mask);
+  const uint64_t r = ((uint64_t)hi << 32) | lo;
+#if defined(SAGE_HIP)
+  return __builtin_bit_cast(double, r);
+#else
+  return __longlong_as_double((long long)r);
+#endif
+}
+
+}  // namespace compat
+}  // namespace sage

@@ -1,0 +1,1 @@
+#include "quant_qk_int8.hip"

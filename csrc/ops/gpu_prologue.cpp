@@ -1,0 +1,85 @@
+// CUDA/HIP kernel of sage::quant_qk_int8: tensors -> QuantQKParams -> the hand-written launcher in csrc/hip.
+// SAGEATTN_SK1_PROLOGUE=triton routes the same op to the Triton implementation (registered from Python).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common.h"
+#include "prologue.h"
+#include "quant_qk_int8.h"
+
+namespace sage {
+namespace {
+
+using QuantOut = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// Read on every call, so a change takes effect at the next call, also in a compiled graph (the op is opaque
+// there); a CUDA graph replays the kernels chosen while it was captured.
+bool use_triton_prologue() {
+  const char* env = std::getenv("SAGEATTN_SK1_PROLOGUE");
+  if (env == nullptr || *env == '\0' || std::string(env) == "hip") return false;
+  TORCH_CHECK(std::string(env) == "triton", "SAGEATTN_SK1_PROLOGUE must be \"hip\" (the default, the "
+              "hand-written kernel) or \"triton\", got \"", env, "\"");
+  return true;
+}
+
+QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
+                           bool smooth_k) {
+  const std::string layout(layout_view);
+  const bool hnd = is_hnd_layout(layout);
+  check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
+  if (use_triton_prologue()) {
+    static auto triton = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("sage::_quant_qk_int8_triton", "")
+                             .typed<QuantOut(const at::Tensor&, const at::Tensor&, c10::string_view, double, bool)>();
+    return triton.call(q, k, layout, sm_scale, smooth_k);
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  QuantQK r = allocate_quant_qk(q, k, hnd, smooth_k);
+  const HeadView vq = head_view(q, hnd), vk = head_view(k, hnd);
+  QuantQKParams p{};
+  p.q = q.const_data_ptr();
+  p.k = k.const_data_ptr();
+  p.dtype = q.scalar_type() == at::kHalf ? InDtype::kFloat16 : InDtype::kBFloat16;
+  p.batch = vq.batch;
+  p.heads_q = vq.heads;
+  p.heads_k = vk.heads;
+  p.q_len = vq.tokens;
+  p.k_len = vk.tokens;
+  p.head_dim = vq.dim;
+  p.q_stride_b = vq.stride_b;
+  p.q_stride_h = vq.stride_h;
+  p.q_stride_n = vq.stride_n;
+  p.k_stride_b = vk.stride_b;
+  p.k_stride_h = vk.stride_h;
+  p.k_stride_n = vk.stride_n;
+  p.q_int8 = r.q_int8.data_ptr<int8_t>();
+  p.q_scale = r.q_scale.data_ptr<float>();
+  p.k_int8 = r.k_int8.data_ptr<int8_t>();
+  p.k_scale = r.k_scale.data_ptr<float>();
+  p.k_mean = smooth_k ? r.k_mean.data_ptr<float>() : nullptr;
+  p.q_len_pad = r.q_int8.size(2);
+  p.k_len_pad = r.k_int8.size(2);
+  p.head_dim_pad = r.q_int8.size(3);
+  p.q_mult = q_multiplier(sm_scale);
+  p.smooth_k = smooth_k;
+  at::Tensor workspace;
+  if (const int64_t bytes = quant_qk_int8_workspace_bytes(p)) {
+    workspace = at::empty({(bytes + 7) / 8}, q.options().dtype(at::kDouble));  // 8-byte aligned
+    p.workspace = workspace.data_ptr();
+  }
+  const int err = launch_quant_qk_int8(p, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "sage::quant_qk_int8: kernel launch failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  return {r.q_int8, r.q_scale, r.k_int8, r.k_scale, r.k_mean};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sage, CUDA, m) { m.impl("quant_qk_int8", &quant_qk_int8_gpu); }
+
+}  // namespace sage

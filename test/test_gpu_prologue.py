@@ -1,0 +1,164 @@
+"""The prologue on the GPU: the HIP kernel, the Triton kernel and the CPU kernel agree bit for bit; no length
+ceiling; the setting SAGEATTN_SK1_PROLOGUE; the default path compiles nothing."""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from conftest import make_qkv, to_hnd
+from reference_quant import quantize_blocks
+
+pytestmark = pytest.mark.gpu
+
+LENGTHS = [1, 2, 63, 64, 65, 127, 128, 129, 255, 1000, 4097, 32767, 100000]
+
+
+def identical(a, b):
+    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0, equal_nan=True)
+
+
+def prologue(impl, *args):
+    os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
+    try:
+        return torch.ops.sage.quant_qk_int8(*args)
+    finally:
+        del os.environ["SAGEATTN_SK1_PROLOGUE"]
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["HND", "NHD"])
+@pytest.mark.parametrize("smooth_k", [False, True])
+def test_hip_triton_cpu_bit_identical(n, d, dtype, layout, smooth_k):
+    heads = 2 if n > 10000 else 3
+    q, k, _ = make_qkv(1, heads, 1 if n % 2 else heads, n, n + 17, d, dtype=dtype, layout=layout, seed=n)
+    args = (layout, 1 / math.sqrt(d), smooth_k)
+    cpu = torch.ops.sage.quant_qk_int8(q, k, *args)
+    qc, kc = q.cuda(), k.cuda()
+    hip = prologue("hip", qc, kc, *args)
+    tri = prologue("triton", qc, kc, *args)
+    # With smooth_k the key mean may differ in rare extreme inputs (docs/SEMANTICS.md); on these it does not.
+    for a, b, c in zip(hip, tri, cpu):
+        identical(a, c)
+        identical(b, c)
+
+
+@pytest.mark.parametrize("d", [33, 80, 200])
+def test_odd_head_dims_and_strided_fused_qkv(d):
+    fused = torch.randn(2, 777, 3, 4, d, dtype=torch.bfloat16)
+    fused[:, :, 1] += 4 * torch.randn(d).bfloat16()
+    for offset in (0, 1):  # offset 1: element-aligned only, the scalar path
+        flat = torch.randn(fused.numel() + offset, dtype=torch.bfloat16)
+        view = flat[offset:].view_as(fused)
+        view.copy_(fused)
+        q, k = view[:, :, 0], view[:, :, 1]
+        cpu = torch.ops.sage.quant_qk_int8(q, k, "NHD", 0.1, True)
+        flat_gpu = flat.cuda()
+        vg = flat_gpu[offset:].view_as(fused)
+        for impl in ("hip", "triton"):
+            for a, c in zip(prologue(impl, vg[:, :, 0], vg[:, :, 1], "NHD", 0.1, True), cpu):
+                identical(a, c)
+
+
+def test_non_finite_and_zero_blocks_on_gpu():
+    q, k, _ = make_qkv(1, 2, 2, 300, 300, 128, seed=3)
+    q[0, 0, 5, 3] = float("nan")
+    k[0, 1, 70, 0] = float("inf")
+    q[0, 1, :128] = 0
+    for smooth_k in (False, True):
+        cpu = torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, smooth_k)
+        for impl in ("hip", "triton"):
+            for a, c in zip(prologue(impl, q.cuda(), k.cuda(), "HND", 0.125, smooth_k), cpu):
+                identical(a, c)
+
+
+def test_beyond_2_to_the_31_elements():
+    # q and k of 1 x 40 x 420000 x 128 = 2.15e9 elements each: 64-bit offsets everywhere.
+    b, h, n, d = 1, 40, 420000, 128
+    assert b * h * n * d > 2**31
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    for impl in ("hip", "triton"):
+        qi, qs, ki, ks, km = prologue(impl, q, k, "HND", 0.125, True)
+        # The last blocks of the last head, recomputed independently from slices on the CPU.
+        q0, k0 = (n - 1) // 128 * 128, (n - 1) // 64 * 64
+        mult = torch.tensor(0.125 * 1.4426950408889634, dtype=torch.float32)
+        want_q, want_qs = quantize_blocks(q[:, -1:, q0:].float().cpu() * mult, 128)
+        mean = (k[0, -1].double().sum(0) / n).float().cpu()
+        assert torch.equal(km[0, -1].cpu(), mean)
+        want_k, want_ks = quantize_blocks(k[:, -1:, k0:].float().cpu() - mean, 64)
+        identical(qi[:, -1:, q0:], want_q)
+        identical(qs[:, -1:, -1:], want_qs)
+        identical(ki[:, -1:, k0:], want_k)
+        identical(ks[:, -1:, -1:], want_ks)
+        del qi, ki
+    torch.cuda.empty_cache()
+
+
+def test_unknown_setting_is_a_clear_error():
+    q, k, _ = make_qkv(1, 1, 1, 10, 10, 64, device="cuda")
+    with pytest.raises(RuntimeError, match='SAGEATTN_SK1_PROLOGUE must be "hip"'):
+        prologue("cutlass", q, k, "HND", 0.125, False)
+
+
+def kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def test_setting_is_read_at_each_call_also_in_a_compiled_graph():
+    q, k, v = make_qkv(1, 2, 2, 256, 256, 64, device="cuda")
+    f = torch.compile(lambda q, k: torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, False), fullgraph=True)
+    hip = kernel_names(lambda: f(q, k))  # setting unset: the default, the HIP kernel
+    assert any("quant_qk_int8" in n for n in hip) and not any("_quant_blocks_kernel" in n for n in hip)
+    os.environ["SAGEATTN_SK1_PROLOGUE"] = "triton"
+    try:
+        tri = kernel_names(lambda: f(q, k))
+    finally:
+        del os.environ["SAGEATTN_SK1_PROLOGUE"]
+    assert any("_quant_blocks_kernel" in n for n in tri)
+
+
+def test_cuda_graph_fixes_the_choice_at_capture():
+    q, k, _ = make_qkv(1, 2, 2, 256, 256, 64, device="cuda")
+    want = torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, True)
+    os.environ["SAGEATTN_SK1_PROLOGUE"] = "triton"
+    try:
+        torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, True)  # compile the Triton kernels before capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, True)
+    finally:
+        del os.environ["SAGEATTN_SK1_PROLOGUE"]
+    for t in out:
+        t.fill_(0) if t.dtype != torch.int8 else t.fill_(1)
+    names = kernel_names(graph.replay)  # the setting is unset now; replay still runs the captured Triton kernels
+    assert any("_quant_blocks_kernel" in n for n in names)
+    for a, b in zip(out, want):
+        identical(a, b)
+
+
+def test_default_prologue_invokes_no_triton_compiler(tmp_path):
+    cache = tmp_path / "triton_cache"
+    cache.mkdir()
+    script = textwrap.dedent("""
+        import torch, torch_sage
+        q = torch.randn(1, 4, 1000, 128, device="cuda", dtype=torch.bfloat16)
+        out = torch.ops.sage.quant_qk_int8(q, q, "HND", 0.125, True)
+        torch.cuda.synchronize()
+        import sys
+        print("triton imported:", "triton" in sys.modules)
+    """)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache))
+    env.pop("SAGEATTN_SK1_PROLOGUE", None)
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert list(cache.iterdir()) == [], "the default prologue wrote to the Triton cache"
