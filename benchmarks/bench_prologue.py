@@ -3,7 +3,7 @@
    same number of bytes (H=40, D=128, N from 256 to 75,600);
 2. short calls: per-call wall time (host included, one call at a time) of HIP vs Triton for N=256..1024.
 
-python benchmarks/bench_prologue.py [--csv out.csv]
+python benchmarks/bench_prologue.py [--out DIR]
 """
 import argparse
 import csv
@@ -51,7 +51,7 @@ def wall_us(fn, reps=200):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--csv")
+    p.add_argument("--out", default=".")
     args = p.parse_args()
     rows = []
     h, d = 40, 128
@@ -91,12 +91,11 @@ def main():
             rows.append(dict(kind="short_call", n=n, smooth_k=smooth_k, hip_us=res["hip"], triton_us=res["triton"]))
     os.environ.pop("SAGEATTN_SK1_PROLOGUE", None)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    if args.csv:
-        keys = sorted({k for r in rows for k in r})
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(rows)
+    keys = sorted({k for r in rows for k in r})
+    with open(os.path.join(args.out, "bench_prologue.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -62,12 +62,14 @@ def _quant_blocks_kernel(x_ptr, out_ptr, scale_ptr, part_ptr, mean_ptr, mult, n_
         x = x * mult
     if SMOOTH:
         parts = tl.load(part_ptr + (bh * CHUNKS + tl.arange(0, CHUNKS)[:, None]) * DP + cols[None, :])
-        mean = (tl.sum(parts, axis=0) / n_tokens.to(tl.float64)).to(tl.float32)  # float64 division is IEEE
+        mean = (tl.sum(parts, axis=0) / tl.full((), n_tokens, tl.float64)).to(tl.float32)  # float64 division is IEEE
         x = tl.where(mask, x - mean[None, :], 0.0)
         if blk == 0:
             tl.store(mean_ptr + bh * head_dim + cols, mean, mask=cols < head_dim)
     amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
-    non_finite = tl.max(tl.max(((x - x) != 0).to(tl.int32), axis=1), axis=0)  # inf - inf and NaN - NaN are NaN
+    # Not "x - x != 0": after x * mult the compiler may contract that into an fma that leaves the product's
+    # rounding error. |x| < inf is false exactly for NaN and +-inf.
+    non_finite = tl.max(tl.max(((tl.abs(x) < float("inf")) == 0).to(tl.int32), axis=1), axis=0)
     scale = tl.math.div_rn(amax, 127.0)
     scale = tl.where(non_finite > 0, float("nan"), scale)
     safe = tl.where(scale > 0, scale, 1.0)
@@ -137,7 +139,7 @@ def _channel_amax_kernel(v_ptr, part_ptr, n_tokens, heads, stride_b, stride_h, s
         mask = (rows[:, None] < n_tokens) & (cols[None, :] < head_dim)
         x = tl.load(base + rows[:, None] * stride_n + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.max(tl.abs(x), axis=0))
-        bad = tl.maximum(bad, tl.max(((x - x) != 0).to(tl.int32), axis=0))
+        bad = tl.maximum(bad, tl.max(((tl.abs(x) < float("inf")) == 0).to(tl.int32), axis=0))
     tl.store(part_ptr + (bh * CHUNKS + chunk) * DP + cols, tl.where(bad > 0, float("nan"), amax))
 
 
