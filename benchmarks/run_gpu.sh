@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# One device call: build for sm_90, run the GPU tests, compute-sanitizer and the benchmarks; logs go to $OUT.
-# Usage (on the GPU machine, repo root): bash benchmarks/run_gpu.sh [pytest -k expression]
+# One device call: build for sm_90, run the GPU tests, the benchmarks and compute-sanitizer; logs go to $OUT.
+# Usage (GPU machine, repo root): bash benchmarks/run_gpu.sh
+#   SAGE_TESTS   pytest selection (default: test -m gpu), SAGE_BENCHES (default: bench_prologue bench_attention)
+#   SAGE_STEP_S  per-step time limit in seconds (default 200)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/sage_out}
+STEP=${SAGE_STEP_S:-200}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 # Peers carried as wheels (.whl/, ignored by git), e.g. sageattention 1.0.6.
 if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
 fi
 t0=$(date +%s)
 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
   || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-python3 -m pytest -q -m gpu test ${1:+-k "$1"} -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-compute-sanitizer --tool memcheck --error-exitcode 1 python3 test/gpu_memcheck.py ${SAGE_MEMCHECK_ARGS:-} \
-  > "$OUT/memcheck.log" 2>&1; echo "memcheck exit: $?"; tail -4 "$OUT/memcheck.log"
-for b in ${SAGE_BENCHES:-bench_prologue}; do
-  python3 "benchmarks/$b.py" --out "$OUT" 2>&1 | tee "$OUT/$b.log"
+timeout "$STEP" python3 -m pytest -q -p no:cacheprovider ${SAGE_TESTS:-test -m gpu} > "$OUT/gpu_tests.log" 2>&1
+echo "tests exit: $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -30
+for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
+  timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
 done
+if [ -n "${SAGE_MEMCHECK-1}" ]; then
+  timeout "$STEP" compute-sanitizer --tool memcheck --error-exitcode 1 python3 test/gpu_memcheck.py --attention \
+    > "$OUT/memcheck.log" 2>&1; echo "memcheck exit: $?"; tail -3 "$OUT/memcheck.log"
+fi

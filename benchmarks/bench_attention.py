@@ -1,0 +1,171 @@
+"""Side-by-side attention benchmark on the GPU, in one run: torch_sage (whole call, prologue included) in each
+P.V mode against F.scaled_dot_product_attention with the flash and cuDNN backends and, when installed,
+sageattention 1.0.6. Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy
+against float64 exact attention (first head, first 1024 queries); writes a CSV and a PNG plot. Short calls
+(256-1024 tokens) are timed one call at a time with the host included. Also times the first call in a fresh
+process with an empty Triton cache.
+
+python benchmarks/bench_attention.py [--out DIR] [--quick]
+"""
+import argparse
+import csv
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torch_sage
+
+SHAPES = [  # B, H, N, D, causal
+    (1, 40, 32760, 128, False), (1, 40, 75600, 128, False), (2, 24, 16384, 128, False), (1, 24, 4608, 128, False),
+    (1, 48, 17776, 64, False), (2, 10, 4096, 64, False), (1, 32, 8192, 128, True),
+]
+SHORT = [(1, 40, n, 128, False) for n in (256, 512, 1024)]
+
+
+def methods():
+    m = {
+        "sage-fp16": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp16"),
+        "sage-fp8": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp8"),
+    }
+    for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def run(q, k, v, c, backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+        m[name] = run
+    try:
+        from sageattention import sageattn as sage106
+        m["sageattention-1.0.6"] = lambda q, k, v, c: sage106(q, k, v, is_causal=c)
+    except ImportError:
+        pass
+    return m
+
+
+def device_ms(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def wall_ms(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def exact_head(q, k, v, causal):
+    qh, kh, vh = q[:1, :1, :1024].double(), k[:1, :1].double(), v[:1, :1].double()
+    s = qh @ kh.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ vh
+
+
+def accuracy(out, ref):
+    o, r = out[:1, :1, :1024].double().flatten(), ref.flatten()
+    return F.cosine_similarity(o, r, dim=0).item(), ((o - r).abs().sum() / r.abs().sum()).item()
+
+
+def first_call_seconds():
+    script = textwrap.dedent("""
+        import time, torch
+        t0 = time.perf_counter(); import torch_sage; t_import = time.perf_counter() - t0
+        q = torch.randn(1, 24, 4608, 128, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        for mode in ("fp16", "fp8"):
+            t0 = time.perf_counter(); torch_sage.attention(q, q, q, pv_mode=mode); torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            t0 = time.perf_counter(); torch_sage.attention(q, q, q, pv_mode=mode); torch.cuda.synchronize()
+            print(f"first call {mode}: {first:.2f} s (import {t_import:.2f} s), second {time.perf_counter() - t0:.4f} s")
+    """)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TRITON_CACHE_DIR=cache)
+        res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        return (res.stdout + res.stderr).strip()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=".")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = p.parse_args()
+    ms = methods()
+    rows = []
+    header = f"{'B,H,N,D,causal':24s}{'method':>21s}{'ms':>10s}{'TOPS':>8s}{'/cuDNN':>8s}{'cosine':>10s}{'rel L1':>9s}"
+    print(header)
+    for shape in SHAPES + SHORT:
+        b, h, n, d, causal = shape
+        short = shape in SHORT
+        g = torch.Generator(device="cuda").manual_seed(n)
+        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = (torch.randn(b, h, n, d, device="cuda", generator=g) +
+             4 * torch.randn(d, device="cuda", generator=g)).bfloat16()
+        v = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        ref = exact_head(q, k, v, causal)
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        reps = 5 if args.quick else (200 if short else max(5, min(50, int(2e13 / flops))))
+        timed = {}
+        for name, fn in ms.items():
+            call = lambda fn=fn: fn(q, k, v, causal)  # noqa: E731
+            out = call()
+            cos, l1 = accuracy(out, ref)
+            timed[name] = (wall_ms if short else device_ms)(call, reps)
+            rows.append(dict(shape=f"{b},{h},{n},{d},{causal}", method=name, ms=timed[name],
+                             tops=flops / timed[name] / 1e9, cosine=cos, rel_l1=l1, short_call=short))
+        for r in rows[-len(ms):]:
+            r["vs_cudnn"] = timed["sdpa-cudnn"] / r["ms"]
+            print(f"{r['shape']:24s}{r['method']:>21s}{r['ms']:10.3f}{r['tops']:8.0f}{r['vs_cudnn']:8.2f}"
+                  f"{r['cosine']:10.6f}{r['rel_l1']:9.5f}")
+        del q, k, v
+        torch.cuda.empty_cache()
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; short calls: wall time per call, host included")
+    print(first_call_seconds())
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_attention.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        shapes = list(dict.fromkeys(r["shape"] for r in rows))
+        names = list(ms)
+        fig, ax = plt.subplots(figsize=(14, 5))
+        width = 0.8 / len(names)
+        for i, name in enumerate(names):
+            vals = [next(r["tops"] for r in rows if r["shape"] == s and r["method"] == name) for s in shapes]
+            ax.bar([x + i * width for x in range(len(shapes))], vals, width, label=name)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(shapes))], shapes, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("TOPS")
+        ax.set_title(f"attention, bf16, {torch.cuda.get_device_name()}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "bench_attention.png"), dpi=100)
+    except ImportError:
+        print("matplotlib not installed: no plot")
+
+
+if __name__ == "__main__":
+    main()

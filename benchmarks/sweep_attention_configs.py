@@ -1,0 +1,100 @@
+"""Measures the Triton attention kernel's launch configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) on
+pre-quantized inputs, kernel only, to fill the table in torch_sage/triton_attention.py::_config. Also splits
+a short call's wall time into its parts (prologue, V quantization, attention kernel, whole op).
+
+python benchmarks/sweep_attention_configs.py [--out DIR]
+"""
+import argparse
+import os
+import time
+
+import torch
+
+import torch_sage  # noqa: F401
+from torch_sage import triton_attention as ta
+
+CANDIDATES = {
+    (128, False): [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 64, 4, 3),
+                   (64, 64, 4, 3), (64, 128, 4, 3)],
+    (64, False): [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 4, 4),
+                  (64, 64, 4, 4)],
+    (128, True): [(128, 64, 8, 3), (64, 64, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3)],
+    (64, True): [(128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
+}
+SHAPES = {128: [(1, 40, 16384, 128, False), (1, 32, 8192, 128, True)], 64: [(1, 48, 17776, 64, False)]}
+
+
+def device_ms(fn, reps=10):
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / reps
+
+
+def wall_us(fn, reps=200):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=".")
+    args = p.parse_args()
+    original = ta._config
+    lines = []
+    for (d, fp8), cands in CANDIDATES.items():
+        for b, h, n, _, causal in SHAPES[d]:
+            if fp8 and causal:
+                continue
+            q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+            qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, k, "HND", d ** -0.5, True)
+            vv, vs = torch.ops.sage.quant_v_fp8(v, "HND") if fp8 else (v, None)
+            flops = 4 * b * h * n * n * d / (2 if causal else 1)
+            for cfg in cands:
+                ta._config = lambda *a, cfg=cfg: cfg
+                try:
+                    ms = device_ms(lambda: ta.qk_int8_attention_triton(qi, qs, ki, ks, vv, vs, n, "HND", causal,
+                                                                       torch.bfloat16))
+                    line = f"D={d} fp8={fp8} causal={causal} N={n} cfg={cfg}: {ms:.3f} ms {flops / ms / 1e9:.0f} TOPS"
+                except Exception as e:  # noqa: BLE001  (out of shared memory, etc.)
+                    line = f"D={d} fp8={fp8} causal={causal} N={n} cfg={cfg}: failed {type(e).__name__}: {str(e)[:80]}"
+                print(line, flush=True)
+                lines.append(line)
+            ta._config = original
+    # Where a short call's time goes (wall time per call, host included).
+    q = torch.randn(1, 40, 256, 128, device="cuda", dtype=torch.bfloat16)
+    qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, q, "HND", 0.088, True)
+    parts = {
+        "prologue (HIP)": lambda: torch.ops.sage.quant_qk_int8(q, q, "HND", 0.088, True),
+        "quant_v_fp8": lambda: torch.ops.sage.quant_v_fp8(q, "HND"),
+        "kernel op (Triton)": lambda: torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, q, None, 256, "HND", False,
+                                                                       torch.bfloat16),
+        "Triton wrapper direct": lambda: ta.qk_int8_attention_triton(qi, qs, ki, ks, q, None, 256, "HND", False,
+                                                                     torch.bfloat16),
+        "sage.attention fp16": lambda: torch.ops.sage.attention(q, q, q),
+        "SDPA": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q),
+    }
+    for name, fn in parts.items():
+        line = f"short call N=256 H=40 D=128, {name}: {wall_us(fn):.1f} us"
+        print(line, flush=True)
+        lines.append(line)
+    with open(os.path.join(args.out, "sweep_attention_configs.log"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

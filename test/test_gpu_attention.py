@@ -1,0 +1,107 @@
+"""sage attention on the GPU: against float64 exact attention (docs/SEMANTICS.md bounds), against the CPU
+kernel, and on the edges (N = 1, odd N, causal with Nq != Nk, GQA, strided views, > 2^31 elements)."""
+import os
+
+import pytest
+import torch
+
+from conftest import accuracy, assert_accurate, exact_attention, make_qkv
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [  # b, hq, hk, nq, nk, d
+    (1, 8, 8, 2048, 2048, 128), (2, 4, 4, 1500, 1500, 64), (1, 8, 2, 1000, 3000, 128), (1, 4, 4, 777, 777, 80),
+    (1, 2, 2, 512, 512, 256),
+]
+
+
+@pytest.fixture(params=["hip", "triton"])
+def prologue(request):
+    os.environ["SAGEATTN_SK1_PROLOGUE"] = request.param
+    yield request.param
+    del os.environ["SAGEATTN_SK1_PROLOGUE"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_accurate_mode_matches_exact(shape, dtype, is_causal, prologue):
+    q, k, v = make_qkv(*shape, dtype=dtype, device="cuda", seed=sum(shape))
+    out, lse = torch.ops.sage.attention_with_lse(q, k, v, "HND", is_causal, None, True, "fp16")
+    ref, ref_lse = exact_attention(q, k, v, is_causal=is_causal)
+    assert out.shape == q.shape and out.dtype == dtype and out.is_cuda
+    assert_accurate(out, ref, "fp16")
+    torch.testing.assert_close(lse.double().cpu(), ref_lse, atol=0.05, rtol=0.005)
+
+
+def e4m3_floor_l1(q, k, v, is_causal):
+    from test_attention_cpu import e4m3_floor  # noqa: PLC0415
+    assert not is_causal
+    return e4m3_floor(q.cpu(), k.cpu(), v.cpu())
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fast_mode_at_the_e4m3_floor(shape, dtype):
+    q, k, v = make_qkv(*shape, dtype=dtype, device="cuda", seed=sum(shape))
+    out = torch.ops.sage.attention(q, k, v, pv_mode="fp8")
+    cos, l1 = accuracy(out, exact_attention(q, k, v)[0])
+    floor_cos, floor_l1 = e4m3_floor_l1(q, k, v, False)
+    assert torch.isfinite(out).all()
+    assert l1 <= 1.15 * floor_l1 and 1 - cos <= 1.3 * (1 - floor_cos), (cos, l1, floor_cos, floor_l1)
+
+
+def test_fast_mode_meets_bounds_on_offset_values():
+    q, k, v = make_qkv(1, 4, 4, 2048, 2048, 128, dtype=torch.bfloat16, seed=3)
+    v = (v.float() + torch.randn(128, generator=torch.Generator().manual_seed(4))).bfloat16()
+    out = torch.ops.sage.attention(q.cuda(), k.cuda(), v.cuda(), pv_mode="fp8")
+    assert_accurate(out, exact_attention(q, k, v)[0], "fp8")
+
+
+@pytest.mark.parametrize("layout", ["HND", "NHD"])
+@pytest.mark.parametrize("mode", ["fp16", "fp8"])
+@pytest.mark.parametrize("nq,nk,causal", [(1, 1, False), (1, 300, True), (129, 65, True), (65, 129, True),
+                                           (300, 1000, False), (333, 333, True)])
+def test_matches_cpu_kernel(layout, mode, nq, nk, causal):
+    q, k, v = make_qkv(2, 4, 2, nq, nk, 64, dtype=torch.bfloat16, layout=layout, seed=nq + nk)
+    cpu_out, cpu_lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, True, mode)
+    out, lse = torch.ops.sage.attention_with_lse(q.cuda(), k.cuda(), v.cuda(), layout, causal, None, True, mode)
+    scale = cpu_out.float().abs().max().item()
+    tol = 2e-2 if mode == "fp8" else 4e-3
+    torch.testing.assert_close(out.cpu().float(), cpu_out.float(), atol=tol * scale, rtol=tol)
+    torch.testing.assert_close(lse.cpu(), cpu_lse, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 63, 65, 127, 129, 1001])
+def test_odd_lengths(n):
+    q, k, v = make_qkv(1, 4, 4, n, n, 128, dtype=torch.float16, device="cuda", seed=n)
+    assert_accurate(torch.ops.sage.attention(q, k, v), exact_attention(q, k, v)[0], "fp16")
+
+
+def test_strided_fused_qkv_matches_contiguous():
+    fused = torch.randn(2, 1000, 3, 8, 128, device="cuda", dtype=torch.bfloat16)
+    fused[:, :, 1] += 4 * torch.randn(128, device="cuda").bfloat16()
+    q, k, v = fused.unbind(2)
+    out = torch.ops.sage.attention(q, k, v, "NHD", True)
+    ref = torch.ops.sage.attention(q.contiguous(), k.contiguous(), v.contiguous(), "NHD", True)
+    assert torch.equal(out, ref)
+    assert_accurate(out, exact_attention(q, k, v, "NHD", is_causal=True)[0], "fp16")
+
+
+def test_query_beyond_2_to_the_31_elements():
+    b, h, n, d = 1, 40, 420000, 128
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(b, h, 512, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(b, h, 512, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    assert q.numel() > 2**31
+    out = torch.ops.sage.attention(q, k, v)
+    tail = slice(n - 300, n)
+    ref = exact_attention(q[:, -2:, tail], k[:, -2:], v[:, -2:])[0]
+    assert_accurate(out[:, -2:, tail], ref, "fp16")
+
+
+def test_device_mismatch_is_named():
+    q, k, v = make_qkv(1, 2, 2, 16, 16, 64)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ops.sage.attention(q.cuda(), k, v.cuda())

@@ -1,0 +1,333 @@
+"""Triton kernel of ``sage::qk_int8_attention`` (docs/SEMANTICS.md, "Attention kernel").
+
+``qk_int8_attention_triton`` takes the outputs of ``sage::quant_qk_int8`` (and, in fast mode, of
+``sage::quant_v_fp8``) and returns ``(out, lse)`` exactly as the C++ op does:
+
+- scores ``s = float(int32 q_int8 . k_int8) * q_scale[row // 128] * k_scale[key // 64]`` in base 2;
+- online softmax with float32 running max ``m`` and sum ``l`` (``exp2``);
+- accurate mode (V float16/bfloat16): ``acc += T(p) . v`` with float32 accumulation, ``out = acc / l``;
+- fast mode (V float8_e4m3fn + v_scale): ``acc += e4m3(p * 448) . v_fp8``, ``out = acc * v_scale / 448 / l``;
+- ``lse = (m + log2 l) * ln 2``; a query with no key gets ``out = 0`` and ``lse = -inf``.
+
+The kernel orders its float32 sums differently from the CPU kernel (tile-wise dots, and key blocks of
+BLOCK_N tokens for the online softmax): results agree within rounding, not bit for bit.
+
+Configuration comes from a fixed table (``_config``), never from autotuning in the call path.
+"""
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_Q = 128  # query tokens per int8 scale block (docs/SEMANTICS.md)
+BLOCK_K = 64  # key tokens per int8 scale block
+
+
+@triton.jit
+def _round_rne(x, MANT_BITS: tl.constexpr):
+    """float32 x rounded to nearest-even at MANT_BITS mantissa bits (normal range), still float32.
+
+    Only for TRITON_INTERPRET runs (EMULATE): the interpreter's float32 -> bfloat16 cast truncates and its
+    float32 -> float8 cast drops the carry of a rounded-up mantissa (7.9 -> 4.0), so the kernel rounds first
+    and the cast that follows is exact. Compiled kernels cast directly (cvt.rn).
+    """
+    DROP: tl.constexpr = 23 - MANT_BITS
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + ((1 << (DROP - 1)) - 1) + ((bits >> DROP) & 1)) & (-(1 << DROP))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _to_e4m3(x, EMULATE: tl.constexpr):
+    """float32 x in [0, 448] to float8_e4m3fn, round to nearest even."""
+    if EMULATE:
+        # normal e4m3 (x >= 2^-6): 3 mantissa bits; subnormal: multiples of 2^-9 (2^23 trick rounds to even)
+        sub = ((x * 512.0 + 8388608.0) - 8388608.0) * (1.0 / 512.0)
+        x = tl.where(x < 0.015625, sub, _round_rne(x, 3))
+    return x.to(tl.float8e4nv)
+
+
+@triton.jit
+def _to_16bit(x, dtype: tl.constexpr, EMULATE: tl.constexpr):
+    """float32 x to float16/bfloat16/float32, round to nearest even."""
+    if EMULATE:
+        if dtype == tl.bfloat16:
+            x = _round_rne(x, 7)
+    return x.to(dtype)
+
+
+@triton.jit
+def _attn_inner(acc, l_i, m_i, q, q_scale,
+                k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
+                offs_m, offs_n, offs_d, kv_len, lo, hi,
+                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, EMULATE: tl.constexpr):
+    """Key blocks [lo, hi): MASKED=False for blocks wholly inside kv_len and below the causal diagonal."""
+    if FP8:
+        P_SHIFT: tl.constexpr = 8.807354922057604  # log2(448): p * 448 = exp2(s - m + log2(448))
+    else:
+        P_SHIFT: tl.constexpr = 0.0
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        keys = start_n + offs_n
+        # 64-bit block base (scalar), 32-bit offsets inside the tile.
+        k_ptrs = k_head + start_n.to(tl.int64) * HEAD_DIM_PAD + k_offs
+        if MASKED:
+            k = tl.load(k_ptrs, mask=keys[:, None] < kv_len, other=0)
+        else:
+            k = tl.load(k_ptrs)
+        # k_scale per key: one scale per BLOCK_K keys.
+        if BLOCK_N <= 64:
+            ks = tl.load(ks_head + start_n // 64)
+            scale = q_scale * ks
+        else:
+            if MASKED:
+                ks = tl.load(ks_head + keys // 64, mask=keys < kv_len, other=0.0)
+            else:
+                ks = tl.load(ks_head + keys // 64)
+            scale = (q_scale * ks)[None, :]
+        qk = tl.dot(q, tl.trans(k), out_dtype=tl.int32)
+        # Scores in base 2, s = qk * scale. Scales are amax / 127 >= 0 (or NaN for a non-finite block, which
+        # makes the rows NaN either way), so the row max of s is the row max of qk times the scale.
+        # In fast mode P is produced already multiplied by 448 (= 2^P_SHIFT) and l sums it that way too.
+        if BLOCK_N <= 64 and not MASKED:
+            # One scale per tile: the row max is taken on the int32 products (exact), then exp2(qk*scale - m)
+            # is one FMA per score.
+            m_new = tl.maximum(m_i, tl.max(qk, 1).to(tl.float32) * scale)
+            p = tl.math.exp2(tl.fma(qk.to(tl.float32), scale, (P_SHIFT - m_new)[:, None]))
+        else:
+            s = qk.to(tl.float32) * scale
+            if MASKED:
+                keep = keys[None, :] < kv_len
+                if IS_CAUSAL:
+                    keep = keep & (keys[None, :] <= offs_m[:, None])
+                s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - (m_new - P_SHIFT)[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+
+        v_ptrs = v_head + start_n.to(tl.int64) * stride_vn + v_offs
+        if MASKED:
+            if HEAD_DIM == HEAD_DIM_PAD:
+                v = tl.load(v_ptrs, mask=keys[:, None] < kv_len, other=0.0)
+            else:
+                v = tl.load(v_ptrs, mask=(keys[:, None] < kv_len) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        else:
+            if HEAD_DIM == HEAD_DIM_PAD:
+                v = tl.load(v_ptrs)
+            else:
+                v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        if FP8:
+            # Fresh accumulator per key block, added in float32: Hopper's fp8 wgmma accumulates with reduced
+            # precision, so it never sums more than BLOCK_N products (SageAttention2's two-level accumulation).
+            acc += tl.dot(_to_e4m3(p, EMULATE), v, out_dtype=tl.float32)
+        elif EMULATE and v.dtype == tl.bfloat16:
+            # The interpreter multiplies bfloat16 dot operands as raw uint16: multiply the (exact) float32 values.
+            acc = tl.dot(_round_rne(p, 7), v.to(tl.float32), acc, out_dtype=tl.float32)
+        else:
+            acc = tl.dot(_to_16bit(p, v.dtype, EMULATE), v, acc, out_dtype=tl.float32)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
+                      stride_vb, stride_vh, stride_vn, stride_vd,
+                      stride_ob, stride_oh, stride_on,
+                      heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                      IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, EMULATE: tl.constexpr):
+    # V is addressed through (stride_vn, stride_vd). The wrapper has stride_vd == 1 (V [.., N, D]); a V stored
+    # [B, Hkv, D, N] (stride_vn == 1) also works and is what Hopper's fp8 wgmma wants (K-major B operand):
+    # with [.., N, D] fp8 V Triton transposes each tile through registers into shared memory (no cp.async).
+    # grid (query tiles, heads_q, batch): CUDA limits the y and z dimensions to 65535.
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # heaviest query tiles first
+    h = tl.program_id(1).to(tl.int64)
+    b = tl.program_id(2).to(tl.int64)
+    bh = b * heads_q + h
+    hk = h // (heads_q // heads_kv)  # GQA
+    bhk = b * heads_kv + hk
+    start_m = pid_m * BLOCK_M
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+
+    # q: [B, Hq, nq_pad, Dp] contiguous, rows padded to a multiple of 128 with zeros: no mask needed.
+    q_ptrs = Q + (bh * nq_pad + start_m) * HEAD_DIM_PAD \
+        + tl.arange(0, BLOCK_M)[:, None] * HEAD_DIM_PAD + offs_d[None, :]
+    q = tl.load(q_ptrs)
+    q_scale = tl.load(QS + bh * (nq_pad // 128) + start_m // 128)  # BLOCK_M <= 128: one scale per tile
+
+    k_head = K + bhk * nk_pad * HEAD_DIM_PAD
+    ks_head = KS + bhk * (nk_pad // 64)
+    v_head = V + b * stride_vb + hk * stride_vh
+    k_offs = offs_n[:, None] * HEAD_DIM_PAD + offs_d[None, :]
+    v_offs = offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # stride_vd == 1 (or stride_vn == 1)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+
+    # Keys [0, lo_masked): full blocks inside kv_len and wholly at or below the diagonal of every row.
+    # Keys [lo_masked, hi): the kv_len tail and the diagonal blocks, with masks.
+    kv_full = (kv_len // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        hi = tl.minimum(kv_len, start_m + BLOCK_M)
+        lo_masked = tl.minimum(kv_full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+    else:
+        hi = kv_len
+        lo_masked = kv_full
+    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, q_scale, k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
+                                offs_m, offs_n, offs_d, kv_len, 0, lo_masked,
+                                BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, IS_CAUSAL, FP8, EMULATE)
+    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, q_scale, k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
+                                offs_m, offs_n, offs_d, kv_len, lo_masked, hi,
+                                BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, IS_CAUSAL, FP8, EMULATE)
+
+    # Epilogue. l_i == 0 only when the row saw no key (kv_len == 0): out 0, lse -inf.
+    empty = l_i == 0.0
+    inv_l = 1.0 / tl.where(empty, 1.0, l_i)
+    if FP8:
+        vs = tl.load(VS + bhk * HEAD_DIM + offs_d, mask=offs_d < HEAD_DIM, other=0.0)
+        out = acc * vs[None, :] * inv_l[:, None]  # l sums p * 448: acc * v_scale / 448 / l
+    else:
+        out = acc * inv_l[:, None]
+    if FP8:
+        log2_l = tl.math.log2(tl.where(empty, 1.0, l_i)) - 8.807354922057604  # l sums p * 448
+    else:
+        log2_l = tl.math.log2(tl.where(empty, 1.0, l_i))
+    lse = tl.where(empty, float("-inf"), (m_i + log2_l) * 0.6931471805599453)  # ln(2)
+    row_ok = offs_m < qo_len
+    tl.store(LSE + bh * qo_len + offs_m, lse, mask=row_ok)
+    o_ptrs = O + b * stride_ob + h * stride_oh + start_m.to(tl.int64) * stride_on \
+        + tl.arange(0, BLOCK_M)[:, None] * stride_on + offs_d[None, :]
+    tl.store(o_ptrs, _to_16bit(out, O.dtype.element_ty, EMULATE), mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configuration: (BLOCK_M, BLOCK_N, num_warps, num_stages). No autotuning in the call path.
+# sm_90 Dp=64/128 are measured on an H200 (docs/FINDINGS.md F6, benchmarks/sweep_attention_configs.py): best of
+# 3-7 candidates each at N=16384-17776, kernel only. Other entries were chosen from offline compiles (no spills;
+# register counts from ptxas / the amdgcn metadata) and are not measured yet:
+#   sm_90  Dp=256 (64, 64, 8, 2): 180-200 regs fp16/bf16 V, 233-252 fp8 V (BLOCK_M=128 spills with fp8 V).
+#   gfx1201 (wave32 WMMA): Dp=64 (64, 64, 8, 2) 153-182 VGPRs; Dp=128 (64, 32, 4, 2) 220-236 fp16 V,
+#          (64, 32, 8, 2) 228-230 fp8 V; Dp=256 (64, 32, 8, 1) 219-249; larger tiles spill.
+
+def _config(arch: str, head_dim_pad: int, kv_len: int, is_causal: bool, fp8: bool) -> Tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for an arch ("sm_90", "sm_80", "gfx1201", ...).
+
+    BLOCK_M is 128 or 64 (one q scale per tile); BLOCK_N divides 64 or is 128 (k scale per key).
+    """
+    if arch in ("sm_90", "sm_90a"):  # Hopper (H100/H200): wgmma, 227 KiB shared memory
+        # Measured (F6): Dp=128 fp16/bf16 V 588 TOPS with 4 warps against 511 with 8; fp8 V best with 8 warps.
+        cfg = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3) if fp8 else (128, 64, 4, 3),
+               256: (64, 64, 8, 2)}[head_dim_pad]
+    elif arch.startswith("sm_"):  # other NVIDIA: mma.sync (Ampere/Ada, ~100 KiB shared memory) or Blackwell
+        cfg = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)}[head_dim_pad]  # TO BE MEASURED
+    elif arch.startswith("gfx12"):  # RDNA4: wave32 WMMA, 64 KiB LDS per workgroup
+        # TO BE MEASURED
+        cfg = {64: (64, 64, 8, 2), 128: (64, 32, 8 if fp8 else 4, 2), 256: (64, 32, 8, 1)}[head_dim_pad]
+    else:  # unknown arch (and TRITON_INTERPRET runs on CPU): conservative
+        cfg = (64, 64, 4, 2)
+    bm, bn, warps, stages = cfg
+    if kv_len <= 64:  # a single key block: nothing to pipeline
+        bn, stages = min(bn, 64), min(stages, 2)
+    return bm, bn, warps, stages
+
+
+def _device_arch(device: torch.device) -> str:
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return "cpu"  # TRITON_INTERPRET runs
+    if getattr(torch.version, "hip", None):
+        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _padded_head_dim(d: int) -> int:
+    return 64 if d <= 64 else (128 if d <= 128 else 256)
+
+
+def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, hnd, out_dtype):
+    """The checks of check_attention_args (csrc/ops/attention.cpp); returns (B, Hq, Hkv, kv_len, D, fp8)."""
+    if not (q_int8.dtype == torch.int8 and k_int8.dtype == torch.int8 and q_int8.dim() == 4 and k_int8.dim() == 4
+            and q_int8.is_contiguous() and k_int8.is_contiguous()):
+        raise ValueError("qk_int8_attention_triton: q_int8 and k_int8 must be contiguous 4-D int8 tensors")
+    if v.dim() != 4 or not (v.stride(3) == 1 or v.size(3) == 1):
+        raise ValueError("qk_int8_attention_triton: v must be 4-D with a contiguous last dimension")
+    fp8 = v.dtype == torch.float8_e4m3fn
+    if not (fp8 or v.dtype in (torch.float16, torch.bfloat16)):
+        raise ValueError(f"qk_int8_attention_triton: v must be float16, bfloat16 or float8_e4m3fn, got {v.dtype}")
+    if fp8 != (v_scale is not None):
+        raise ValueError("qk_int8_attention_triton: v_scale must be given exactly when v is float8_e4m3fn")
+    if out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"qk_int8_attention_triton: out_dtype must be float16, bfloat16 or float32, got {out_dtype}")
+    b, hkv, kv_len, d = v.shape if hnd else (v.shape[0], v.shape[2], v.shape[1], v.shape[3])
+    bq, hq, nq_pad, dp = q_int8.shape
+    if d > 256 or dp != _padded_head_dim(d) or k_int8.size(3) != dp:
+        raise ValueError(f"qk_int8_attention_triton: int8 head_dim {dp}/{k_int8.size(3)} does not match v's "
+                         f"head_dim {d}")
+    if not (k_int8.size(0) == bq == b and k_int8.size(1) == hkv and hkv >= 1 and hq % hkv == 0):
+        raise ValueError(f"qk_int8_attention_triton: batch/heads disagree: q_int8 {tuple(q_int8.shape)}, "
+                         f"k_int8 {tuple(k_int8.shape)}, v {tuple(v.shape)}")
+    nk_pad = k_int8.size(2)
+    if qo_len < 0 or nq_pad != -(-qo_len // BLOCK_Q) * BLOCK_Q or nk_pad != -(-kv_len // BLOCK_K) * BLOCK_K:
+        raise ValueError(f"qk_int8_attention_triton: qo_len {qo_len} / kv_len {kv_len} do not match the padded "
+                         f"int8 lengths {nq_pad} / {nk_pad}")
+    if not (q_scale.dtype == torch.float32 and k_scale.dtype == torch.float32 and q_scale.is_contiguous()
+            and k_scale.is_contiguous() and tuple(q_scale.shape) == (b, hq, nq_pad // BLOCK_Q)
+            and tuple(k_scale.shape) == (b, hkv, nk_pad // BLOCK_K)):
+        raise ValueError("qk_int8_attention_triton: q_scale/k_scale must be contiguous float32 [B, H, blocks], got "
+                         f"{tuple(q_scale.shape)} and {tuple(k_scale.shape)}")
+    if fp8 and not (v_scale.dtype == torch.float32 and v_scale.is_contiguous()
+                    and tuple(v_scale.shape) == (b, hkv, d)):
+        raise ValueError(f"qk_int8_attention_triton: v_scale must be contiguous float32 [B, Hkv, D], got "
+                         f"{tuple(v_scale.shape)}")
+    for t in (q_scale, k_int8, k_scale, v) + ((v_scale,) if fp8 else ()):
+        if t.device != q_int8.device:
+            raise ValueError(f"qk_int8_attention_triton: all inputs must be on {q_int8.device}, got {t.device}")
+    return b, hq, hkv, kv_len, d, fp8
+
+
+def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor,
+                             k_scale: torch.Tensor, v: torch.Tensor, v_scale: Optional[torch.Tensor],
+                             qo_len: int, tensor_layout: str, is_causal: bool,
+                             out_dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """sage::qk_int8_attention in Triton: returns (out in tensor_layout, lse float32 [B, Hq, qo_len])."""
+    if tensor_layout not in ("HND", "NHD"):
+        raise ValueError(f'tensor_layout must be "HND" or "NHD", got {tensor_layout!r}')
+    hnd = tensor_layout == "HND"
+    qo_len = int(qo_len)
+    b, hq, hkv, kv_len, d, fp8 = _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, hnd, out_dtype)
+    dp = q_int8.size(3)
+    shape = (b, hq, qo_len, d) if hnd else (b, qo_len, hq, d)
+    out = torch.empty(shape, dtype=out_dtype, device=v.device)
+    lse = torch.empty((b, hq, qo_len), dtype=torch.float32, device=v.device)
+    if lse.numel() == 0:
+        return out, lse
+    if hnd:
+        s_vb, s_vh, s_vn = v.stride(0), v.stride(1), v.stride(2)
+        s_ob, s_oh, s_on = out.stride(0), out.stride(1), out.stride(2)
+    else:
+        s_vb, s_vh, s_vn = v.stride(0), v.stride(2), v.stride(1)
+        s_ob, s_oh, s_on = out.stride(0), out.stride(2), out.stride(1)
+    block_m, block_n, num_warps, num_stages = _config(_device_arch(v.device), dp, kv_len, is_causal, fp8)
+    if s_vn * block_n >= 2**31:  # tile offsets are 32-bit (block bases are 64-bit): repack a huge-strided v
+        v = v.contiguous()
+        s_vb, s_vh, s_vn = (v.stride(0), v.stride(1), v.stride(2)) if hnd else (v.stride(0), v.stride(2), v.stride(1))
+    grid = (triton.cdiv(qo_len, block_m), hq, b)
+    _qk_int8_attn_fwd[grid](
+        q_int8, q_scale, k_int8, k_scale, v, v_scale if fp8 else q_scale, out, lse,
+        s_vb, s_vh, s_vn, 1, s_ob, s_oh, s_on,
+        hq, hkv, qo_len, kv_len, q_int8.size(2), k_int8.size(2),
+        BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=d, HEAD_DIM_PAD=dp, IS_CAUSAL=bool(is_causal), FP8=fp8,
+        EMULATE=not isinstance(_qk_int8_attn_fwd, triton.runtime.JITFunction),  # TRITON_INTERPRET: _round_rne
+        num_warps=num_warps, num_stages=num_stages)
+    return out, lse
