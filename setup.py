@@ -37,24 +37,36 @@ def extension():
         return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx},
                                 extra_link_args=["-fopenmp"])
     sources = cpu_sources + rel("csrc/ops/gpu_*.cpp")
+    hip_dir = os.path.join(HERE, "csrc", "hip")
     if backend == "cuda":
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
         # BuildExtension sends only .cu files to nvcc; each csrc/hip/X.cu is a one-line include of X.hip.
-        sources += rel("csrc/hip/*.cu")
-        device_flags = {"nvcc": ["-O3", "-lineinfo"]}
-    else:
-        os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")
-        # The .hip files go to hipcc as they are; there is no CUDA source for hipify to rewrite.
-        sources += rel("csrc/hip/*.hip")
-        device_flags = {"nvcc": ["-O3"]}
-    return ext.CUDAExtension(
+        return ext.CUDAExtension(
+            "torch_sage._C",
+            sources + rel("csrc/hip/*.cu"),
+            include_dirs=[hip_dir],
+            define_macros=[("SAGE_WITH_GPU", "1")],
+            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-lineinfo"]},
+            extra_link_args=["-fopenmp"],
+        )
+    os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")
+    # On ROCm, CUDAExtension hipifies every source it is given, and the headers they include from their folder or
+    # from include_dirs, writing rewritten copies beside them (csrc/hip/X.hip -> X_hip.hip, compat.h ->
+    # compat_hip.h with its launch macro rewritten; an X.cu would become X.hip, over the hand-written file).
+    # So it gets only csrc/ops/*.cpp (gpu_prologue.cpp needs it: c10/cuda -> c10/hip, written to
+    # gpu_prologue_hip.cpp), and csrc/hip is added afterwards: BuildExtension sends the .hip files to hipcc as they
+    # are, with --offload-arch for each PYTORCH_ROCM_ARCH entry, and hipify never reads or writes csrc/hip.
+    # test/test_rocm_setup.py runs this branch with torch's own hipify on a copy of the tree.
+    extension = ext.CUDAExtension(
         "torch_sage._C",
         sources,
-        include_dirs=[os.path.join(HERE, "csrc", "hip")],
         define_macros=[("SAGE_WITH_GPU", "1")],
-        extra_compile_args={"cxx": cxx, **device_flags},
+        extra_compile_args={"cxx": cxx, "nvcc": ["-O3"]},
         extra_link_args=["-fopenmp"],
     )
+    extension.sources += rel("csrc/hip/*.hip")
+    extension.include_dirs.append(hip_dir)
+    return extension
 
 
 setup(

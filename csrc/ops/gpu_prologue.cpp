@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common.h"
+#include "gpu_arch.h"
 #include "prologue.h"
 #include "quant_qk_int8.h"
 
@@ -29,6 +30,9 @@ bool use_triton_prologue() {
 
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
                            bool smooth_k) {
+#if defined(USE_ROCM)
+  check_amd_arch(q.device());  // gfx1201; gfx1200 with SAGEATTN_SK1_GFX1200=1; else a clear error
+#endif
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);

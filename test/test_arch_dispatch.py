@@ -1,0 +1,198 @@
+"""Which GPUs torch_sage runs on (torch_sage/arch.py, csrc/ops/gpu_arch.h), checked on CPU by simulating devices:
+torch.version.hip and torch.cuda.get_device_properties are replaced by stand-ins.
+
+AMD: the architecture comes from gcnArchName (never the capability numbers); gfx1201 runs; gfx1200 runs only with
+SAGEATTN_SK1_GFX1200=1; other AMD GPUs are refused. NVIDIA: sm_80 and newer run, older GPUs are refused. The C++
+rule (used by the HIP prologue on ROCm builds) gives the same answers as the Python one."""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import torch_sage  # noqa: F401
+from torch_sage import arch, gpu_kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = arch.GFX1200_OPT_IN
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """gpu(props, hip=...) makes every GPU index report props (a SimpleNamespace, or a list of them by index)."""
+    calls = []
+    monkeypatch.delenv(ENV, raising=False)
+    arch.clear_cache()
+
+    def simulate(props, hip="6.4.43482"):
+        monkeypatch.setattr(torch.version, "hip", hip)
+
+        def get_device_properties(index=None):
+            index = torch.device(index).index if isinstance(index, (str, torch.device)) else index
+            calls.append(index)
+            return props[index] if isinstance(props, list) else props
+
+        monkeypatch.setattr(torch.cuda, "get_device_properties", get_device_properties)
+        monkeypatch.setattr(torch.cuda, "get_device_capability",
+                            lambda *a: pytest.fail("the arch must not come from get_device_capability"))
+        arch.clear_cache()
+        return calls
+
+    yield simulate
+    arch.clear_cache()
+
+
+def amd(name, gcn):
+    # major/minor as ROCm reports them for RDNA4 (12.0); the check must ignore them.
+    return SimpleNamespace(name=name, gcnArchName=gcn, major=12, minor=0)
+
+
+def nvidia(major, minor):
+    return SimpleNamespace(name=f"NVIDIA sm_{major}{minor}", major=major, minor=minor)
+
+
+CUDA0 = torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("gcn", ["gfx1201", "gfx1201:sramecc-:xnack-", " gfx1201 "])
+def test_gfx1201_is_the_default_path(gpu, gcn):
+    gpu(amd("AMD Radeon RX 9070 XT", gcn))
+    assert arch.check_device(CUDA0) == "gfx1201"
+    assert arch.device_arch(CUDA0) == "gfx1201"
+
+
+def test_gfx1200_needs_the_opt_in(gpu, monkeypatch):
+    gpu(amd("AMD Radeon RX 9060 XT", "gfx1200:sramecc-:xnack-"))
+    with pytest.raises(RuntimeError, match="SAGEATTN_SK1_GFX1200=1") as e:
+        arch.check_device(CUDA0)
+    assert "gfx1200" in str(e.value) and "GFX1200-TESTING.md" in str(e.value)
+    for off in ("", "0"):
+        monkeypatch.setenv(ENV, off)
+        with pytest.raises(RuntimeError, match="opt-in"):
+            arch.check_device(CUDA0)
+    # Read at every call: setting it after a refusal takes effect at the next call.
+    monkeypatch.setenv(ENV, "1")
+    assert arch.check_device(CUDA0) == "gfx1200"
+    monkeypatch.delenv(ENV)
+    with pytest.raises(RuntimeError, match="opt-in"):
+        arch.check_device(CUDA0)
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2", " 1"])
+def test_gfx1200_opt_in_value_is_checked(gpu, monkeypatch, value):
+    gpu(amd("AMD Radeon RX 9060 XT", "gfx1200"))
+    monkeypatch.setenv(ENV, value)
+    with pytest.raises(RuntimeError, match=r'SAGEATTN_SK1_GFX1200 must be "1"'):
+        arch.check_device(CUDA0)
+
+
+def test_opt_in_does_not_matter_on_gfx1201(gpu, monkeypatch):
+    gpu(amd("AMD Radeon RX 9070", "gfx1201"))
+    monkeypatch.setenv(ENV, "whatever")
+    assert arch.check_device(CUDA0) == "gfx1201"
+
+
+@pytest.mark.parametrize("gcn", ["gfx1100", "gfx1101", "gfx942:sramecc+:xnack-", "gfx90a:sramecc+:xnack-",
+                                 "gfx1030", "gfx1150", "gfx12011"])
+def test_other_amd_gpus_are_refused(gpu, monkeypatch, gcn):
+    gpu(amd("AMD GPU", gcn))
+    monkeypatch.setenv(ENV, "1")  # the opt-in is for gfx1200 only
+    with pytest.raises(RuntimeError, match="is not supported") as e:
+        arch.check_device(CUDA0)
+    assert gcn.split(":")[0] in str(e.value) and "gfx1201" in str(e.value)
+
+
+def test_empty_arch_name_is_an_error(gpu):
+    gpu(amd("AMD GPU", ""))
+    with pytest.raises(RuntimeError, match="gcnArchName is empty"):
+        arch.check_device(CUDA0)
+
+
+def test_arch_is_read_once_per_device(gpu):
+    calls = gpu([amd("RX 9070 XT", "gfx1201"), amd("RX 7900 XTX", "gfx1100")])
+    for _ in range(3):
+        assert arch.check_device(CUDA0) == "gfx1201"
+    with pytest.raises(RuntimeError, match="gfx1100 is not supported"):
+        arch.check_device(torch.device("cuda", 1))
+    with pytest.raises(RuntimeError, match="gfx1100 is not supported"):
+        arch.check_device("cuda:1")
+    assert calls == [0, 1]
+
+
+@pytest.mark.parametrize("major,minor,expected", [(8, 0, "sm_80"), (8, 6, "sm_86"), (8, 9, "sm_89"),
+                                                  (9, 0, "sm_90"), (10, 0, "sm_100"), (12, 0, "sm_120")])
+def test_nvidia_sm80_and_newer(gpu, major, minor, expected):
+    gpu(nvidia(major, minor), hip=None)
+    assert arch.check_device(CUDA0) == expected
+
+
+@pytest.mark.parametrize("major,minor", [(7, 5), (7, 0), (6, 1)])
+def test_nvidia_before_sm80_is_refused(gpu, major, minor):
+    gpu(nvidia(major, minor), hip=None)
+    with pytest.raises(RuntimeError, match=f"sm_{major}{minor} is not supported.*sm_80"):
+        arch.check_device(CUDA0)
+
+
+def test_non_gpu_devices_pass_through(gpu):
+    calls = gpu(amd("AMD GPU", "gfx1100"))
+    assert arch.check_device(torch.device("cpu")) == "cpu"
+    assert arch.check_device("meta") == "meta"
+    assert calls == []
+
+
+class _OnGpu:
+    """Stands in for a GPU tensor: only .device is read before the check raises."""
+    device = CUDA0
+
+    def __getattr__(self, name):
+        pytest.fail(f"a GPU kernel used its input ({name}) before checking the device")
+
+
+@pytest.mark.parametrize("kernel,args", [
+    (gpu_kernels._quant_qk_int8_triton, (_OnGpu(), _OnGpu(), "HND", 0.1, True)),
+    (gpu_kernels._quant_v_fp8, (_OnGpu(), "HND")),
+    (gpu_kernels._qk_int8_attention, (_OnGpu(), None, None, None, None, None, 1, "HND", False, torch.float16)),
+], ids=["quant_qk_int8_triton", "quant_v_fp8", "qk_int8_attention"])
+@pytest.mark.parametrize("gcn,match", [("gfx1200", "SAGEATTN_SK1_GFX1200=1"), ("gfx1100", "not supported")])
+def test_gpu_kernels_check_the_device_first(gpu, kernel, args, gcn, match):
+    gpu(amd("AMD GPU", gcn))
+    with pytest.raises(RuntimeError, match=match):
+        kernel(*args)
+
+
+def test_cpp_prologue_checks_the_arch_first_on_rocm():
+    """csrc/ops/gpu_prologue.cpp (compiled only on a GPU machine) calls the C++ check before anything else."""
+    src = (ROOT / "csrc" / "ops" / "gpu_prologue.cpp").read_text()
+    body = src[src.index("QuantOut quant_qk_int8_gpu("):]
+    body = body[body.index("{") + 1:]
+    assert re.match(r"\s*#if defined\(USE_ROCM\)\s*check_amd_arch\(q\.device\(\)\);", body), body[:200]
+
+
+PARITY_CASES = [(gcn, env) for gcn in ("gfx1201", "gfx1201:sramecc-:xnack-", "gfx1200", "gfx1200:xnack-",
+                                       "gfx1100", "gfx942:sramecc+:xnack-", "", "gfx12")
+                for env in (None, "", "0", "1", "yes")]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_cpp_rule_matches_python(tmp_path):
+    """amd_arch_refusal (C++, csrc/ops/gpu_arch.h) and arch.amd_refusal (Python) give the same answer, byte for
+    byte, for every case."""
+    lines = []
+    for gcn, env in PARITY_CASES:
+        lines.append(f'  show("{gcn}", {"nullptr" if env is None else chr(34) + env + chr(34)});')
+    (tmp_path / "parity.cpp").write_text(
+        '#include <cstdio>\n#include "gpu_arch.h"\n'
+        'static void show(const char* gcn, const char* env) {\n'
+        '  const std::string r = sage::amd_arch_refusal(gcn, env);\n'
+        '  std::printf("%s\\n", r.empty() ? "<ok>" : r.c_str());\n}\n'
+        'int main() {\n' + "\n".join(lines) + "\n}\n")
+    build = subprocess.run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "csrc" / "ops"),
+                            str(tmp_path / "parity.cpp"), "-o", str(tmp_path / "parity")],
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    got = subprocess.run([str(tmp_path / "parity")], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    want = [arch.amd_refusal(gcn, env) or "<ok>" for gcn, env in PARITY_CASES]
+    assert got == want

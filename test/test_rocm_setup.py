@@ -1,0 +1,122 @@
+"""setup.py's GPU branches, run on CPU against torch's own cpp_extension code with a simulated ROCm / CUDA torch.
+
+On ROCm, CUDAExtension runs torch's hipify over the sources it is given, writing rewritten copies beside them: it
+must not touch csrc/hip (no rewritten .hip, no compat_hip.h, and never a .cu hipified onto the hand-written .hip).
+The ROCm branch runs for real here (torch's hipify on a copy of setup.py and csrc/); only hipcc and the ROCm
+headers are missing, so compiling the result is left to a ROCm machine."""
+import os
+import runpy
+import shutil
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import setuptools
+import torch
+from torch.utils import cpp_extension as ext
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def snapshot(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def simulate(monkeypatch, backend):
+    """Makes torch look like a ROCm ("rocm"), CUDA ("cuda") or CPU-only (None) build to setup.py and cpp_extension."""
+    monkeypatch.setattr(torch.version, "hip", "6.4.43482" if backend == "rocm" else None)
+    monkeypatch.setattr(torch.version, "cuda", "12.8" if backend == "cuda" else None)
+    monkeypatch.setattr(ext, "ROCM_HOME", "/opt/rocm" if backend == "rocm" else None)
+    monkeypatch.setattr(ext, "IS_HIP_EXTENSION", backend == "rocm")
+    monkeypatch.setattr(ext, "CUDA_HOME", "/usr/local/cuda" if backend == "cuda" else None)
+
+
+def run_setup(tree, monkeypatch):
+    """Runs tree/setup.py in tree (as pip does) and returns (the Extension it builds, the environment after)."""
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(tree)
+    with mock.patch.dict(os.environ):
+        for var in ("PYTORCH_ROCM_ARCH", "TORCH_CUDA_ARCH_LIST"):
+            os.environ.pop(var, None)
+        runpy.run_path(str(tree / "setup.py"), run_name="setup")
+        env = dict(os.environ)
+    (extension,) = captured["ext_modules"]
+    return extension, env
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of setup.py and csrc/ (without generated *_hip.* files)."""
+    shutil.copy(ROOT / "setup.py", tmp_path / "setup.py")
+    shutil.copytree(ROOT / "csrc", tmp_path / "csrc", ignore=shutil.ignore_patterns("*_hip.*", "__pycache__"))
+    return tmp_path
+
+
+def test_rocm_branch_leaves_csrc_hip_alone(tree, monkeypatch):
+    simulate(monkeypatch, "rocm")
+    before = snapshot(tree)
+    extension, env = run_setup(tree, monkeypatch)
+    after = snapshot(tree)
+    sources = sorted(extension.sources)
+    # csrc/hip: the hand-written .hip files go to hipcc as they are; no .cu (hipify would turn it into X.hip).
+    assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.hip"]
+    assert not any(s.endswith(".cu") for s in sources)
+    assert str(tree / "csrc" / "hip") in extension.include_dirs
+    # Nothing existing was rewritten; the one new file is the hipified GPU host code beside its original.
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert sorted(set(after) - set(before)) == ["csrc/ops/gpu_prologue_hip.cpp"]
+    assert "csrc/ops/gpu_prologue_hip.cpp" in sources and "csrc/ops/gpu_prologue.cpp" not in sources
+    cpu = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc" / "ops").glob("*.cpp")
+                 if not p.name.startswith("gpu_"))
+    assert set(cpu) <= set(sources)
+    # The hipified host code: c10/cuda headers -> their HIP versions; our headers and the arch check untouched.
+    hipified = after["csrc/ops/gpu_prologue_hip.cpp"].decode()
+    assert "c10/cuda/" not in hipified and "cudaGetErrorString" not in hipified
+    for line in ('#include "gpu_arch.h"', '#include "quant_qk_int8.h"', "check_amd_arch(q.device());"):
+        assert line in hipified
+    # BuildExtension sends .hip sources to hipcc, with one --offload-arch per PYTORCH_ROCM_ARCH entry.
+    assert env["PYTORCH_ROCM_ARCH"] == "gfx1201;gfx1200"
+    assert ext._is_cuda_file("csrc/hip/quant_qk_int8.hip")
+    with mock.patch.dict(os.environ, {"PYTORCH_ROCM_ARCH": env["PYTORCH_ROCM_ARCH"]}):
+        flags = ext._get_rocm_arch_flags([])
+    assert [f for f in flags if f.startswith("--offload-arch")] == ["--offload-arch=gfx1201", "--offload-arch=gfx1200"]
+
+
+def test_rocm_branch_is_idempotent(tree, monkeypatch):
+    """A second build in the same tree (pip install -e . again) hipifies nothing new and changes nothing."""
+    simulate(monkeypatch, "rocm")
+    run_setup(tree, monkeypatch)
+    first = snapshot(tree)
+    extension, _ = run_setup(tree, monkeypatch)
+    assert snapshot(tree) == first
+    assert sorted(s for s in extension.sources if "_hip" in s) == ["csrc/ops/gpu_prologue_hip.cpp"]
+
+
+def test_cuda_branch_compiles_the_cu_wrappers(tree, monkeypatch):
+    simulate(monkeypatch, "cuda")
+    before = snapshot(tree)
+    extension, env = run_setup(tree, monkeypatch)
+    after = snapshot(tree)
+    sources = sorted(extension.sources)
+    assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.cu"]
+    assert "csrc/ops/gpu_prologue.cpp" in sources
+    assert after == before  # no hipify on CUDA
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0"
+    for cu in (ROOT / "csrc" / "hip").glob("*.cu"):  # each X.cu is the one-line include of X.hip
+        assert cu.read_text().strip() == f'#include "{cu.stem}.hip"'
+
+
+def test_cpu_branch_has_no_gpu_sources(tree, monkeypatch):
+    simulate(monkeypatch, None)
+    before = snapshot(tree)
+    extension, _ = run_setup(tree, monkeypatch)
+    after = snapshot(tree)
+    assert not any("gpu_" in s or s.startswith("csrc/hip/") for s in extension.sources)
+    assert after == before
+
+
+@pytest.mark.parametrize("arch", ["gfx1201", "gfx1200"])
+def test_rocm_arch_list_can_be_overridden(arch, monkeypatch):
+    monkeypatch.setenv("PYTORCH_ROCM_ARCH", arch)
+    assert ext._get_rocm_arch_flags([])[0] == f"--offload-arch={arch}"
