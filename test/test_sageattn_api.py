@@ -38,3 +38,10 @@ def test_known_kwargs_are_honoured_unknown_ignored():
     assert torch.equal(torch_sage.sageattn(q, k, v, pv_accum_dtype="fp32"), base)
     with pytest.raises(ValueError, match="pv_accum_dtype must be one of"):
         torch_sage.sageattn(q, k, v, pv_accum_dtype="fp64")
+
+
+def test_attn_mask_raises_instead_of_being_ignored():
+    q, k, v = make_qkv(1, 2, 2, 16, 16, 64)
+    with pytest.raises(ValueError, match="attn_mask is not supported"):
+        torch_sage.sageattn(q, k, v, attn_mask=torch.ones(16, 16, dtype=torch.bool))
+    torch_sage.sageattn(q, k, v, attn_mask=None)

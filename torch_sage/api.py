@@ -18,8 +18,10 @@ def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_cau
     log-sum-exp [B, Hq, Nq] (float32). Keyword arguments that SageAttention knows are honoured:
     ``smooth_k`` (default True) and ``pv_accum_dtype`` (selects the fp16 or fp8 P.V mode); others
     (``qk_quant_gran``, ``smooth_v``, ...) are accepted and ignored, as SageAttention ignores the ones
-    its chosen kernel does not use.
+    its chosen kernel does not use. A non-None ``attn_mask`` raises (SageAttention would ignore it).
     """
+    if kwargs.get("attn_mask") is not None:  # SageAttention ignores it silently: a wrong answer
+        raise ValueError("sageattn: attn_mask is not supported; use F.scaled_dot_product_attention for masked calls")
     smooth_k = bool(kwargs.get("smooth_k", True))
     pv_mode = kwargs.get("pv_mode")
     if pv_mode is None:

@@ -1,0 +1,603 @@
+"""torch_sage behind F.scaled_dot_product_attention: the TorchFunctionMode (sdpa_mode) and the "SAGE" entry of
+torch's flash-attention impl registry, in eager mode, under torch.compile(fullgraph=True) and torch.export."""
+import io
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_sage
+from torch_sage import sdpa
+from conftest import accuracy, assert_accurate, exact_attention, gpu_device, make_qkv
+
+attn = torch.nn.attention
+HAS_REGISTRY = all(hasattr(attn, n) for n in ("register_flash_attention_impl", "activate_flash_attention_impl",
+                                               "restore_flash_attention_impl", "list_flash_attention_impls",
+                                               "current_flash_attention_impl"))
+needs_registry = pytest.mark.skipif(not HAS_REGISTRY, reason="torch without torch.nn.attention's impl registry")
+
+
+@pytest.fixture(autouse=True)
+def _restore_flash_impl():
+    sdpa.flash_impl_stats.reset()
+    yield
+    sdpa.deactivate_flash_impl()
+    torch_sage.disable_sdpa()
+
+
+def nhd_view(t):
+    """The same values as t [B, H, N, D], stored as a contiguous [B, N, H, D] tensor (what models pass to SDPA)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------------------------
+
+@needs_registry
+def test_registered_on_import_not_activated():
+    assert "SAGE" in attn.list_flash_attention_impls()
+    assert attn.current_flash_attention_impl() != "SAGE"
+    assert sdpa.register_flash_impl() is True  # idempotent
+
+
+@needs_registry
+def test_activate_and_restore_through_torch_api():
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64)
+    before = F.scaled_dot_product_attention(q, k, v)
+    attn.activate_flash_attention_impl("SAGE")
+    assert attn.current_flash_attention_impl() == "SAGE" and sdpa.flash_impl_active()
+    # Registered for CUDA only (as FA3/FA4): SDPA on CPU keeps torch's own kernels.
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v), before)
+    assert sdpa.flash_impl_stats.routed == 0
+    attn.restore_flash_attention_impl()
+    assert attn.current_flash_attention_impl() is None and not sdpa.flash_impl_active()
+
+
+@needs_registry
+def test_flash_impl_context_manager_restores():
+    with sdpa.flash_impl(devices=("cpu",)):
+        assert attn.current_flash_attention_impl() == "SAGE"
+    assert attn.current_flash_attention_impl() is None
+
+
+def test_activate_options_and_a_torch_without_registry(monkeypatch):
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64)
+    torch_out = F.scaled_dot_product_attention(q, k, v)
+    sdpa.activate_flash_impl(devices=("cpu",), pv_mode="fp8", smooth_k=False)
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v),
+                       torch.ops.sage.attention(q, k, v, "HND", False, None, False, "fp8"))
+    sdpa.deactivate_flash_impl()
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v), torch_out)
+    monkeypatch.setattr(sdpa, "_registry", lambda: None)  # torch without torch.nn.attention's registry
+    sdpa.activate_flash_impl(devices=("cpu",))
+    assert sdpa.flash_impl_active()
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v), torch.ops.sage.attention(q, k, v))
+    sdpa.deactivate_flash_impl()
+    assert not sdpa.flash_impl_active()
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v), torch_out)
+
+
+def test_bad_device_rejected():
+    with pytest.raises(ValueError, match="devices must be among"):
+        sdpa.activate_flash_impl(devices=("mps",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CUDA flash op's contract, checked on CPU tensors: direct calls and through the dispatcher
+# ---------------------------------------------------------------------------------------------------------------
+
+CONTRACT_CASES = [  # b, hq, hk, nq, nk, d, dtype, causal, scale, nhd
+    (1, 2, 2, 100, 100, 64, torch.float16, False, None, False),
+    (2, 4, 2, 130, 130, 128, torch.bfloat16, True, 0.1, True),
+    (1, 4, 1, 70, 200, 80, torch.float16, False, None, True),
+    (1, 2, 2, 1, 33, 256, torch.bfloat16, False, 0.05, False),
+]
+
+
+def meta_outputs(op, q, k, v, *args, **kwargs):
+    return op(q.to("meta"), k.to("meta"), v.to("meta"), *args, **kwargs)
+
+
+def assert_same_layout(real, meta):
+    assert len(real) == len(meta)
+    for r, m in zip(real, meta):
+        if isinstance(m, torch.Tensor):
+            assert isinstance(r, torch.Tensor)
+            assert (r.shape, r.dtype, r.stride()) == (m.shape, m.dtype, m.stride())
+        else:
+            assert r == m
+
+
+@pytest.mark.parametrize("case", CONTRACT_CASES)
+def test_cuda_contract_called_directly(case):
+    b, hq, hk, nq, nk, d, dtype, causal, scale, nhd = case
+    q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=dtype, seed=nq)
+    if nhd:
+        q, k, v = nhd_view(q), nhd_view(k), nhd_view(v)
+    res = sdpa.sage_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    meta = meta_outputs(torch.ops.aten._scaled_dot_product_flash_attention.default, q, k, v, 0.0, causal, False,
+                        scale=scale)
+    assert_same_layout(res, meta)
+    out, lse, cum_q, cum_k, max_q, max_k = res[:6]
+    assert cum_q is None and cum_k is None and (max_q, max_k) == (nq, nk)
+    ref, ref_lse = exact_attention(q, k, v, is_causal=causal, sm_scale=scale)
+    assert_accurate(out, ref, "fp16")
+    torch.testing.assert_close(lse.double(), ref_lse, atol=0.05, rtol=0.005)  # lse of the true scores
+
+
+def test_cuda_contract_rejects_what_it_cannot_compute():
+    q, k, v = make_qkv(1, 2, 2, 64, 80, 64)
+    for kwargs, reason in [(dict(dropout_p=0.1), "dropout"), (dict(return_debug_mask=True), "debug_mask"),
+                           (dict(is_causal=True), "causal_lower_right")]:
+        assert sdpa.flash_fallback_reason(q, k, v, **kwargs) == reason
+        with pytest.raises(ValueError, match=reason):
+            sdpa.sage_scaled_dot_product_flash_attention(q, k, v, **kwargs)
+    assert sdpa.flash_fallback_reason(q.float(), k.float(), v.float()) == "dtype"
+    assert sdpa.flash_fallback_reason(q.float(), k.float(), v.float(), cpu_op=True) is None
+    assert sdpa.flash_fallback_reason(q.double(), k.double(), v.double(), cpu_op=True) == "dtype"
+    assert sdpa.flash_fallback_reason(q, k, v[..., :32]) == "value_head_dim"
+    q3, k3, v3 = make_qkv(1, 3, 2, 8, 8, 64)
+    assert sdpa.flash_fallback_reason(q3, k3, v3) == "heads"
+    q5, k5, v5 = make_qkv(1, 2, 2, 8, 8, 320)
+    assert sdpa.flash_fallback_reason(q5, k5, v5) == "head_dim"
+    assert sdpa.flash_fallback_reason(q, k, v, attn_mask=torch.zeros(64, 80), cpu_op=True) == "attn_mask"
+
+
+@pytest.fixture
+def cuda_contract_on_cpu():
+    """The SAGE kernels of the CUDA op, registered for CPU tensors, so the dispatcher path (schema, autograd,
+    torch.compile's meta/fake handling) runs on this machine as it does on a GPU."""
+    lib = sdpa._register_kernels([("cuda", "CPU", "both")])
+    yield
+    lib._destroy()
+
+
+def test_cuda_contract_through_dispatcher(cuda_contract_on_cpu):
+    q, k, v = make_qkv(2, 4, 2, 100, 90, 64, dtype=torch.bfloat16)
+    q = nhd_view(q)
+    res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, scale=0.2)
+    direct = sdpa.sage_scaled_dot_product_flash_attention(q, k, v, scale=0.2)
+    assert torch.equal(res[0], direct[0]) and torch.equal(res[1], direct[1])
+    assert_same_layout(res, meta_outputs(torch.ops.aten._scaled_dot_product_flash_attention.default, q, k, v,
+                                         scale=0.2))
+    assert sdpa.flash_impl_stats.routed == 1
+    # Dropout is torch's kernel's job; with none for CPU the call says so instead of computing something else.
+    with pytest.raises(RuntimeError, match="dropout"):
+        torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p=0.5)
+    assert sdpa.flash_impl_stats.fallback["dropout"] == 1
+    # A backward never runs torch's flash backward on torch_sage's forward.
+    qg = q.detach().requires_grad_()
+    out = torch.ops.aten._scaled_dot_product_flash_attention(qg, k, v)[0]
+    with pytest.raises(RuntimeError, match="inference-only"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_cuda_contract_under_compile(cuda_contract_on_cpu, backend):
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, dtype=torch.float16)
+
+    def f(q, k, v):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, is_causal=True)[:2]
+        return out * 2, lse
+
+    eager = f(q, k, v)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=backend, fullgraph=True)(q, k, v)
+    assert torch.equal(compiled[0], eager[0]) and torch.equal(compiled[1], eager[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CPU flash op, taken over by activate_flash_impl(devices=("cpu",)): real SDPA dispatch on this machine
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_cpu_flash_impl_routes_sdpa():
+    q, k, v = make_qkv(2, 4, 4, 100, 80, 64, dtype=torch.float16)
+    q, k, v = nhd_view(q), nhd_view(k), nhd_view(v)
+    mask = torch.zeros(100, 80, dtype=torch.float16)
+    before = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    sdpa.activate_flash_impl(devices=("cpu",))
+    assert sdpa.flash_impl_active()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.1)
+    assert sdpa.flash_impl_stats.routed == 1
+    assert torch.equal(out, torch.ops.sage.attention(q, k, v, "HND", True, 0.1))
+    assert_accurate(out, exact_attention(q, k, v, is_causal=True, sm_scale=0.1)[0], "fp16")
+    assert out.stride() == q.stride()  # as torch's flash kernels return it
+    # A mask is torch's kernel's job: the original CPU flash kernel runs, bit for bit.
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), before)
+    assert sdpa.flash_impl_stats.fallback == {"attn_mask": 1}
+    # float32 goes to the CPU flash op too, and torch_sage takes it (computed as float16).
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    out32 = F.scaled_dot_product_attention(q32, k32, v32)
+    assert out32.dtype == torch.float32 and sdpa.flash_impl_stats.routed == 2
+    assert_accurate(out32, exact_attention(q32, k32, v32)[0], "fp16")
+    with pytest.raises(RuntimeError, match="inference-only"):
+        F.scaled_dot_product_attention(q32.requires_grad_(), k32, v32).sum().backward()
+    lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[1]
+    assert_same_layout((lse,), meta_outputs(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+                                            q, k, v)[1:])
+    torch.testing.assert_close(lse.double(), exact_attention(q, k, v)[1], atol=0.05, rtol=0.005)
+    sdpa.deactivate_flash_impl()
+    assert not torch.equal(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.1), out)
+
+
+def test_cpu_flash_impl_under_inductor():
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, dtype=torch.bfloat16)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v) + 1
+
+    with sdpa.flash_impl(devices=("cpu",)):
+        eager = f(q, k, v)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="inductor", fullgraph=True)(q, k, v)
+        assert sdpa.flash_impl_stats.routed == 2  # the kernel runs below the compiled graph: counted at each run
+    assert torch.equal(compiled, eager)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The TorchFunctionMode
+# ---------------------------------------------------------------------------------------------------------------
+
+MODE_CASES = [  # b, hq, hk, nq, nk, d, dtype, causal, scale, gqa, layout
+    (1, 2, 2, 100, 100, 64, torch.float16, False, None, False, "HND"),
+    (2, 4, 4, 130, 70, 128, torch.bfloat16, True, 0.1, False, "NHD"),
+    (1, 4, 2, 64, 200, 80, torch.float16, False, None, True, "NHD"),
+    (1, 2, 2, 50, 50, 40, torch.float32, True, 0.3, False, "HND"),
+]
+
+
+@pytest.mark.parametrize("case", MODE_CASES)
+def test_mode_routes_eligible_calls(case):
+    b, hq, hk, nq, nk, d, dtype, causal, scale, gqa, layout = case
+    q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=dtype, seed=nq)
+    if layout == "NHD":
+        q, k, v = nhd_view(q), nhd_view(k), nhd_view(v)
+    with torch_sage.sdpa_mode() as mode:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
+    assert mode.stats.routed == 1 and not mode.stats.fallback
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert torch.equal(out, torch.ops.sage.attention(q.contiguous(), k.contiguous(), v.contiguous(), "HND", causal,
+                                                     scale))
+    assert_accurate(out, exact_attention(q, k, v, is_causal=causal, sm_scale=scale)[0], "fp16")
+
+
+def test_mode_passes_options_and_positional_arguments():
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64)
+    with torch_sage.sdpa_mode(smooth_k=False, pv_mode="fp8") as mode:
+        out = F.scaled_dot_product_attention(q, k, v, None, 0.0, True, scale=0.2)
+    assert mode.stats.routed == 1
+    assert torch.equal(out, torch.ops.sage.attention(q, k, v, "HND", True, 0.2, False, "fp8"))
+    with pytest.raises(ValueError, match="pv_mode"):
+        torch_sage.sdpa_mode(pv_mode="int4")
+
+
+@pytest.mark.parametrize("extra", [None, 1, 2])
+def test_mode_extra_dimensions(extra):
+    q, k, v = make_qkv(2, 3, 3, 40, 50, 32)
+    if extra is None:  # 3-D [B, N, D]: one head
+        q, k, v = q[:, 0], k[:, 0], v[:, 0]
+    else:  # 4 + extra dimensions: flattened into the batch
+        q, k, v = (t.reshape((1,) * extra + tuple(t.shape)) for t in (q, k, v))
+    with torch_sage.sdpa_mode() as mode:
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert mode.stats.routed == 1 and out.shape == q.shape
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    assert_accurate(out, ref, "fp16")
+
+
+def fallback_cases():
+    q, k, v = make_qkv(1, 4, 4, 32, 48, 64)
+    yield "attn_mask", (q, k, v), dict(attn_mask=torch.zeros(32, 48, dtype=q.dtype))
+    yield "dropout", (q, k, v), dict(dropout_p=0.5)
+    yield "dtype", (q.double(), k.double(), v.double()), {}
+    yield "dtype", (q, k.bfloat16(), v), {}
+    q5, k5, v5 = make_qkv(1, 2, 2, 16, 16, 320)
+    yield "head_dim", (q5, k5, v5), {}
+    yield "value_head_dim", (q, k, v[..., :32]), {}
+    qg, kg, vg = make_qkv(1, 4, 2, 16, 16, 64)
+    yield "heads", (qg, kg, vg), {}  # SDPA itself rejects this (no enable_gqa)
+    yield "shape", (q.expand(2, 4, 32, 64), k, v), {}  # broadcast batch
+    yield "shape", (q[0, 0], k[0, 0], v[0, 0]), {}  # 2-D
+
+
+@pytest.mark.parametrize("reason,args,kwargs", list(fallback_cases()))
+def test_mode_falls_back_with_reason(reason, args, kwargs):
+    assert sdpa.sdpa_fallback_reason(*args, **kwargs) == reason
+    try:
+        expected = F.scaled_dot_product_attention(*args, **kwargs) if reason != "dropout" else None
+    except RuntimeError:
+        expected = RuntimeError
+    with torch_sage.sdpa_mode() as mode:
+        if expected is RuntimeError:
+            with pytest.raises(RuntimeError):
+                F.scaled_dot_product_attention(*args, **kwargs)
+        else:
+            out = F.scaled_dot_product_attention(*args, **kwargs)
+            if expected is not None:
+                assert torch.equal(out, expected)
+    assert mode.stats.routed == 0 and mode.stats.fallback == {reason: 1}
+
+
+def test_mode_leaves_arguments_of_a_later_torch_to_sdpa():
+    q, k, v = make_qkv(1, 2, 2, 16, 16, 64)
+    mode = torch_sage.sdpa_mode()
+    out = mode.__torch_function__(F.scaled_dot_product_attention, (), (q, k, v), {"window_size": None})
+    assert torch.equal(out, torch.ops.sage.attention(q, k, v))  # unset: torch_sage computes the call
+    with pytest.raises(TypeError):  # set: SDPA gets the call (this torch does not know the argument)
+        mode.__torch_function__(F.scaled_dot_product_attention, (), (q, k, v), {"window_size": 8})
+    assert mode.stats.routed == 1 and mode.stats.fallback == {"argument:window_size": 1}
+
+
+def test_mode_grad_rules():
+    q, k, v = make_qkv(1, 2, 2, 32, 32, 64, dtype=torch.float32)
+    q.requires_grad_()
+    with torch_sage.sdpa_mode() as mode:
+        out = F.scaled_dot_product_attention(q, k, v)  # a gradient may be needed: SDPA, which has one
+        out.sum().backward()
+        assert q.grad is not None
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v)
+        with torch.inference_mode():
+            F.scaled_dot_product_attention(q, k, v)
+    assert mode.stats.fallback == {"grad": 1} and mode.stats.routed == 2
+    assert sdpa.sdpa_fallback_reason(q, k, v) == "grad"
+    assert sdpa.sdpa_fallback_reason(q.float(), k, v, allow_fp32=False) == "grad"
+    assert sdpa.sdpa_fallback_reason(q.detach(), k, v, allow_fp32=False) == "dtype"
+
+
+def test_enable_disable_and_shared_stats():
+    q, k, v = make_qkv(1, 2, 2, 32, 32, 64)
+    stats = torch_sage.SDPAStats()
+    mode = torch_sage.enable_sdpa(stats=stats)
+    try:
+        F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(32, 32, dtype=q.dtype))
+        assert mode.stats is stats
+    finally:
+        torch_sage.disable_sdpa()
+    F.scaled_dot_product_attention(q, k, v)  # not counted: disabled
+    with torch_sage.sdpa_mode(stats=stats):
+        F.scaled_dot_product_attention(q, k, v)
+    assert stats.as_dict() == {"routed": 2, "fallback": {"attn_mask": 1}, "compiled_routed": 0,
+                               "compiled_fallback": {}}
+    assert "routed=2" in repr(stats)
+    stats.reset()
+    assert stats.routed == 0 and not stats.fallback
+
+
+def test_disable_refuses_to_pop_another_mode():
+    class Other(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    mode = torch_sage.enable_sdpa()
+    other = Other().__enter__()
+    try:
+        with pytest.raises(RuntimeError, match="leave it first"):
+            torch_sage.disable_sdpa()
+    finally:
+        other.__exit__(None, None, None)
+    torch_sage.disable_sdpa()
+    q, k, v = make_qkv(1, 2, 2, 16, 16, 64)
+    F.scaled_dot_product_attention(q, k, v)
+    assert mode.stats.routed == 0  # really left
+
+
+class TinyAttention(torch.nn.Module):
+    """A typical model block: fused qkv projection, [B, N, H, D] views transposed for SDPA."""
+
+    def __init__(self, heads=2, d=64):
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.qkv = torch.nn.Linear(heads * d, 3 * heads * d)
+
+    def forward(self, x, mask=None):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.d).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=mask is None)
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask) if mask is not None else y
+        return (y + z).transpose(1, 2).reshape(b, n, -1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_mode_under_compile_fullgraph(backend):
+    torch.manual_seed(0)
+    model = TinyAttention().eval()
+    x = torch.randn(2, 96, 128)
+    mask = torch.zeros(96, 96)
+    with torch.no_grad(), torch_sage.sdpa_mode() as mode:
+        eager = model(x, mask)
+        assert mode.stats.routed == 1 and mode.stats.fallback == {"attn_mask": 1}
+        mode.stats.reset()
+        torch._dynamo.reset()
+        compiled_model = torch.compile(model, backend=backend, fullgraph=True)
+        out = compiled_model(x, mask)
+        out2 = compiled_model(x, mask)
+    assert torch.equal(out, eager) and torch.equal(out2, eager)
+    # Decisions taken while tracing are counted once (per traced call site), not at every run.
+    assert mode.stats.compiled_routed == 1 and mode.stats.compiled_fallback == {"attn_mask": 1}
+    assert mode.stats.routed == 0
+
+
+def test_mode_no_graph_break_and_op_in_graph():
+    model = TinyAttention().eval()
+    x = torch.randn(1, 64, 128)
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad(), torch_sage.sdpa_mode():
+        torch._dynamo.reset()
+        explanation = torch._dynamo.explain(model)(x)
+        torch._dynamo.reset()
+        torch.compile(model, backend=capture, fullgraph=True)(x)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert torch.ops.sage.attention.default in targets or torch.ops.sage.attention in targets
+    assert F.scaled_dot_product_attention not in targets
+
+
+def test_mode_export_round_trip():
+    model = TinyAttention().eval()
+    x = torch.randn(1, 64, 128)
+    with torch.no_grad(), torch_sage.sdpa_mode():
+        ep = torch.export.export(model, (x,))
+        eager = model(x)
+    assert any(n.target == torch.ops.sage.attention.default for n in ep.graph.nodes)
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    buf.seek(0)
+    loaded = torch.export.load(buf)
+    with torch.no_grad():
+        assert torch.equal(loaded.module()(x), eager)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU: the lead runs these on the H200 (and a ROCm card), each with both prologues
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(params=[None, "triton"], ids=["prologue-default", "prologue-triton"])
+def prologue(request, monkeypatch):
+    if request.param is None:
+        monkeypatch.delenv("SAGEATTN_SK1_PROLOGUE", raising=False)
+    else:
+        monkeypatch.setenv("SAGEATTN_SK1_PROLOGUE", request.param)
+    return request.param
+
+
+@pytest.mark.gpu
+@needs_registry
+def test_gpu_flash_impl_routes_sdpa(prologue):
+    dev = gpu_device()
+    q, k, v = make_qkv(2, 8, 8, 1000, 1000, 128, dtype=torch.bfloat16, device=dev)
+    q, k, v = nhd_view(q), nhd_view(k), nhd_view(v)
+    ref = exact_attention(q, k, v, is_causal=True)[0]
+    attn.activate_flash_attention_impl("SAGE")
+    try:
+        with attn.sdpa_kernel(attn.SDPBackend.FLASH_ATTENTION):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert sdpa.flash_impl_stats.routed == 1, sdpa.flash_impl_stats
+        # q, k, v are [B, N, H, D] tensors seen as [B, H, N, D]: the impl runs the op in layout NHD on them
+        nhd = [t.transpose(1, 2) for t in (q, k, v)]
+        assert torch.equal(out, torch.ops.sage.attention(*nhd, "NHD", True).transpose(1, 2))
+        assert out.stride() == q.stride()
+        assert_accurate(out, ref.to(dev), "fp16")
+        # GQA (SDPA picks its backend; accurate whichever it is)
+        qg, kg, vg = make_qkv(1, 8, 2, 256, 256, 64, dtype=torch.float16, device=dev)
+        og = F.scaled_dot_product_attention(qg, kg, vg, enable_gqa=True)
+        assert_accurate(og, exact_attention(qg, kg, vg)[0].to(dev), "fp16")
+        # dropout: torch's own flash kernel runs
+        with attn.sdpa_kernel(attn.SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+        assert sdpa.flash_impl_stats.fallback["dropout"] == 1
+        # backward raises instead of running FA2's backward on torch_sage's forward
+        qr = q.detach().requires_grad_()
+        with attn.sdpa_kernel(attn.SDPBackend.FLASH_ATTENTION):
+            o = F.scaled_dot_product_attention(qr, k, v)
+        with pytest.raises(RuntimeError, match="inference-only"):
+            o.sum().backward()
+    finally:
+        attn.restore_flash_attention_impl()
+    with attn.sdpa_kernel(attn.SDPBackend.FLASH_ATTENTION):
+        fa2 = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert not torch.equal(fa2, out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("via", ["mode", "flash_impl"])
+def test_gpu_compile_cuda_graphs(prologue, via):
+    if via == "flash_impl" and not HAS_REGISTRY:
+        pytest.skip("torch without the flash impl registry")
+    dev = gpu_device()
+    torch.manual_seed(0)
+    model = TinyAttention(heads=4, d=128).to(dev, torch.bfloat16).eval()
+    x = torch.randn(2, 512, 512, device=dev, dtype=torch.bfloat16)
+    ctx = torch_sage.sdpa_mode() if via == "mode" else sdpa.flash_impl()
+    with torch.no_grad(), ctx:
+        eager = model(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+        outs = [compiled(x).clone() for _ in range(4)]  # warm-up, capture, replays
+    for o in outs:
+        cos, _ = accuracy(o, eager)
+        assert cos > 0.99999
+    assert torch.equal(outs[-1], outs[-2])
+
+
+@pytest.mark.gpu
+def test_gpu_export_round_trip(prologue):
+    dev = gpu_device()
+    model = TinyAttention(heads=4, d=128).to(dev, torch.float16).eval()
+    x = torch.randn(1, 300, 512, device=dev, dtype=torch.float16)
+    with torch.no_grad(), torch_sage.sdpa_mode():
+        ep = torch.export.export(model, (x,))
+        eager = model(x)
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    buf.seek(0)
+    with torch.no_grad():
+        out = torch.export.load(buf).module()(x)
+    assert torch.equal(out, eager)
+    # and compiled through inductor from the exported program
+    with torch.no_grad():
+        out2 = torch.compile(ep.module(), fullgraph=True)(x)
+    assert accuracy(out2, eager)[0] > 0.99999
+
+
+@pytest.mark.gpu
+def test_gpu_mode_eager_matches_op(prologue):
+    dev = gpu_device()
+    q, k, v = make_qkv(1, 8, 2, 777, 1500, 64, dtype=torch.float16, device=dev)
+    with torch_sage.sdpa_mode() as mode:
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, scale=1 / math.sqrt(64))
+    assert mode.stats.routed == 1
+    assert_accurate(out, exact_attention(q, k, v)[0].to(dev), "fp16")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The README snippets, run verbatim
+# ---------------------------------------------------------------------------------------------------------------
+
+README_SDPA = '''
+import torch, torch.nn.functional as F, torch_sage
+
+q, k, v = (torch.randn(1, 8, 256, 128, dtype=torch.bfloat16) for _ in range(3))
+
+with torch_sage.sdpa_mode() as mode:        # any torch 2.11+, any device; inference (no grad needed)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(256, 256, dtype=torch.bool))
+print(mode.stats)                           # SDPAStats(routed=1, fallback={'attn_mask': 1})
+
+# CUDA: SDPA's flash backend itself runs torch_sage, through torch's flash-attention impl registry
+torch.nn.attention.activate_flash_attention_impl("SAGE")
+torch.nn.attention.restore_flash_attention_impl()
+'''
+
+README_COMPILE = '''
+import torch, torch.nn.functional as F, torch_sage
+
+def attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+q, k, v = (torch.randn(1, 8, 256, 128, dtype=torch.bfloat16) for _ in range(3))
+with torch.no_grad(), torch_sage.sdpa_mode() as mode:
+    out = torch.compile(attention, fullgraph=True)(q, k, v)   # torch.ops.sage.attention in the graph
+print(mode.stats.compiled_routed)                               # 1
+'''
+
+
+def expected_prints(snippet):
+    return [line.split("# ")[-1].strip() for line in snippet.splitlines() if line.startswith("print(")]
+
+
+@needs_registry
+@pytest.mark.parametrize("snippet", [README_SDPA, README_COMPILE], ids=["sdpa", "compile"])
+def test_readme_snippets(snippet, capsys):
+    torch._dynamo.reset()
+    exec(compile(snippet, "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == expected_prints(snippet)

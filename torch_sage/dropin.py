@@ -1,0 +1,265 @@
+"""``from sageattention import sageattn`` served by torch_sage, for diffusers, ComfyUI and other callers of
+SageAttention 2.x.
+
+Opt-in, one call, before the caller imports ``sageattention`` (diffusers checks for it when
+``diffusers.models.attention_dispatch`` is first imported)::
+
+    import torch_sage
+    torch_sage.install_sageattention_alias()   # no-op if a real sageattention is installed
+
+    import diffusers                            # its "sage" attention backend now runs torch_sage
+
+It puts a module object named ``sageattention`` into ``sys.modules`` (with a module spec, so
+``importlib.util.find_spec("sageattention")`` finds it) and makes ``importlib.metadata`` report a
+distribution ``sageattention`` of version ``2.2.0+torchsage.<version>`` (diffusers requires >= 2.1.1 by
+that lookup). Nothing is written to disk and no other import is affected. ``uninstall_sageattention_alias()``
+undoes it. A real, importable SageAttention is left in place unless ``force=True`` or
+``TORCH_SAGE_FORCE_ALIAS=1``. ComfyUI imports sageattention while it starts, so for ComfyUI use the launcher:
+``python -m torch_sage.with_sageattention main.py --use-sage-attention``.
+
+The module offers SageAttention 2.2.0's public functions: ``sageattn``, ``sageattn_varlen``,
+``sageattn_qk_int8_pv_fp16_triton``, ``sageattn_qk_int8_pv_fp16_cuda``, ``sageattn_qk_int8_pv_fp8_cuda``,
+``sageattn_qk_int8_pv_fp8_cuda_sm90``: the fp16 ones run torch_sage's accurate mode (fp16 P.V), the fp8 ones
+its fast mode (fp8 P.V), ``sageattn`` follows ``pv_accum_dtype`` as ``torch_sage.sageattn`` does (accurate mode
+by default). One deliberate difference: SageAttention silently ignores an ``attn_mask`` keyword (older ComfyUI
+passes one); these functions raise ``ValueError`` for a mask that is not None, so a caller that catches errors
+(ComfyUI does) falls back to exact attention instead of getting an unmasked result. Their signatures have no
+``attn_mask`` parameter, so current ComfyUI (which inspects the signature) sends masked calls to PyTorch
+attention itself.
+"""
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import types
+import warnings
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from .api import sageattn as _sageattn
+
+SAGEATTENTION_API_VERSION = "2.2.0"
+_MODULE_NAME = "sageattention"
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"{SAGEATTENTION_API_VERSION}+torchsage.{__version__}"
+
+
+def _check_mask(kwargs) -> None:
+    if kwargs.get("attn_mask") is not None:
+        raise ValueError("torch_sage (as sageattention): attn_mask is not supported; use "
+                         "torch.nn.functional.scaled_dot_product_attention for masked attention")
+
+
+def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_causal: bool = False,
+             sm_scale: Optional[float] = None, return_lse: bool = False, **kwargs: Any):
+    """SageAttention 2.2.0's ``sageattn`` (see ``torch_sage.sageattn``); raises for a non-None attn_mask."""
+    _check_mask(kwargs)
+    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, **kwargs)
+
+
+def sageattn_qk_int8_pv_fp16_triton(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
+                                    quantization_backend: str = "triton", is_causal: bool = False,
+                                    sm_scale: Optional[float] = None, smooth_k: bool = True,
+                                    return_lse: bool = False, **kwargs: Any):
+    """INT8 Q.K, fp16 P.V: torch_sage's accurate mode."""
+    _check_mask(kwargs)
+    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
+
+
+def sageattn_qk_int8_pv_fp16_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
+                                  is_causal: bool = False, qk_quant_gran: str = "per_thread",
+                                  sm_scale: Optional[float] = None, pv_accum_dtype: str = "fp32",
+                                  smooth_k: bool = True, smooth_v: bool = False, return_lse: bool = False,
+                                  **kwargs: Any):
+    """INT8 Q.K, fp16 P.V: torch_sage's accurate mode (``pv_accum_dtype`` and ``smooth_v`` only tune
+    SageAttention's CUDA kernel; torch_sage always accumulates in float32)."""
+    _check_mask(kwargs)
+    if pv_accum_dtype not in ("fp16", "fp16+fp32", "fp32"):
+        raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
+    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
+
+
+def sageattn_qk_int8_pv_fp8_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
+                                 is_causal: bool = False, qk_quant_gran: str = "per_thread",
+                                 sm_scale: Optional[float] = None, pv_accum_dtype: str = "fp32+fp16",
+                                 smooth_k: bool = True, smooth_v: bool = False, return_lse: bool = False,
+                                 **kwargs: Any):
+    """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
+    _check_mask(kwargs)
+    if pv_accum_dtype not in ("fp32", "fp32+fp32", "fp32+fp16"):
+        raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
+    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp8")
+
+
+def sageattn_qk_int8_pv_fp8_cuda_sm90(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
+                                      is_causal: bool = False, qk_quant_gran: str = "per_thread",
+                                      sm_scale: Optional[float] = None, pv_accum_dtype: str = "fp32+fp32",
+                                      smooth_k: bool = True, return_lse: bool = False, **kwargs: Any):
+    """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
+    return sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout, is_causal, qk_quant_gran, sm_scale, pv_accum_dtype,
+                                        smooth_k, False, return_lse, **kwargs)
+
+
+def sageattn_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                    max_seqlen_q: int, max_seqlen_k: int, is_causal: bool = False,
+                    sm_scale: Optional[float] = None, smooth_k: bool = True, **kwargs: Any) -> Tensor:
+    """Packed sequences: q [total_q, Hq, D], k/v [total_k, Hkv, D], sequence i at rows
+    ``cu_seqlens[i]:cu_seqlens[i+1]``. Runs one torch_sage call per sequence (reads cu_seqlens on the host).
+    Unlike SageAttention, which subtracts one key mean over all sequences, smooth_k uses each sequence's own
+    mean; the result is the same attention either way."""
+    _check_mask(kwargs)
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError("sageattn_varlen: q, k, v must be [total_tokens, heads, head_dim]")
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    if len(cq) != len(ck) or len(cq) < 1:
+        raise ValueError("sageattn_varlen: cu_seqlens_q and cu_seqlens_k must have batch_size + 1 entries")
+    out = torch.empty_like(q)
+    for i in range(len(cq) - 1):
+        qs, ks = q[cq[i]:cq[i + 1]], k[ck[i]:ck[i + 1]]
+        if qs.shape[0] == 0:
+            continue
+        o = _sageattn(qs.unsqueeze(0), ks.unsqueeze(0), v[ck[i]:ck[i + 1]].unsqueeze(0), "NHD", is_causal,
+                      sm_scale, False, smooth_k=smooth_k)
+        out[cq[i]:cq[i + 1]] = o[0]
+    return out
+
+
+_EXPORTS = ("sageattn", "sageattn_varlen", "sageattn_qk_int8_pv_fp16_triton", "sageattn_qk_int8_pv_fp16_cuda",
+            "sageattn_qk_int8_pv_fp8_cuda", "sageattn_qk_int8_pv_fp8_cuda_sm90")
+
+
+class _AliasDistribution(importlib.metadata.Distribution):
+    """What importlib.metadata reports for the alias: name, version, top-level module."""
+
+    def read_text(self, filename):
+        if filename == "METADATA":
+            return (f"Metadata-Version: 2.1\nName: {_MODULE_NAME}\nVersion: {_version()}\n"
+                    "Summary: torch_sage standing in for SageAttention\n")
+        if filename == "top_level.txt":
+            return _MODULE_NAME + "\n"
+        return None
+
+    def locate_file(self, path):
+        return None
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """Finds the alias module (after a sys.modules purge too) and its distribution metadata."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == _MODULE_NAME:
+            return self.module.__spec__
+        return None
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        name = getattr(context, "name", None)
+        if name is None or name.replace("-", "_").lower() == _MODULE_NAME:
+            yield _AliasDistribution()
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, module):
+        self.module = module
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        pass
+
+
+def _make_module() -> types.ModuleType:
+    mod = types.ModuleType(_MODULE_NAME, "torch_sage standing in for SageAttention (torch_sage.dropin).")
+    for name in _EXPORTS:
+        setattr(mod, name, globals()[name])
+    mod.__version__ = _version()
+    mod.__all__ = list(_EXPORTS)
+    mod.__torch_sage_alias__ = True
+    mod.__spec__ = importlib.machinery.ModuleSpec(_MODULE_NAME, _AliasLoader(mod), origin="torch_sage")
+    mod.__loader__ = mod.__spec__.loader
+    return mod
+
+
+_FINDER: Optional[_AliasFinder] = None
+
+
+def is_sageattention_alias(module) -> bool:
+    return getattr(module, "__torch_sage_alias__", False) is True
+
+
+def _real_sageattention_available() -> bool:
+    mod = sys.modules.get(_MODULE_NAME)
+    if mod is not None:
+        return not is_sageattention_alias(mod)
+    try:
+        return importlib.util.find_spec(_MODULE_NAME) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# Callers that look for sageattention once, when they are imported: (module, flag it sets, how to fix).
+_EARLY_CHECKERS = (
+    ("diffusers.models.attention_dispatch", "_CAN_USE_SAGE_ATTN", "before importing diffusers"),
+    ("comfy.ldm.modules.attention", "SAGE_ATTENTION_IS_AVAILABLE",
+     "before ComfyUI starts: python -m torch_sage.with_sageattention main.py --use-sage-attention"),
+)
+
+
+def _warn_if_too_late() -> None:
+    for module, flag, fix in _EARLY_CHECKERS:
+        mod = sys.modules.get(module)
+        if mod is not None and getattr(mod, flag, True) is False:
+            warnings.warn(f"{module} was imported before install_sageattention_alias() and has already decided that "
+                          f"sageattention is missing; install the alias {fix}", stacklevel=3)
+
+
+def install_sageattention_alias(force: bool = False) -> types.ModuleType:
+    """Make ``import sageattention`` give torch_sage's drop-in module, unless a real SageAttention is
+    importable (then it is returned untouched) or ``force=True`` (then the alias replaces it in this process).
+
+    ``TORCH_SAGE_FORCE_ALIAS=1`` in the environment forces too. Call it before the code that imports
+    sageattention (diffusers, ComfyUI): it warns when diffusers or ComfyUI already looked and found none.
+    Returns the module that ``import sageattention`` now gives. Idempotent."""
+    global _FINDER
+    force = force or os.environ.get("TORCH_SAGE_FORCE_ALIAS") == "1"
+    current = sys.modules.get(_MODULE_NAME)
+    if current is not None and is_sageattention_alias(current):
+        return current
+    _warn_if_too_late()
+    if not force and _real_sageattention_available():
+        try:
+            return importlib.import_module(_MODULE_NAME)
+        except Exception as e:  # noqa: BLE001 - installed but not importable here (no GPU, wrong build): stand in
+            warnings.warn(f"sageattention is installed but failed to import ({e!r}); torch_sage stands in for it")
+            sys.modules.pop(_MODULE_NAME, None)
+    mod = _make_module()
+    _FINDER = _AliasFinder(mod)
+    sys.meta_path.insert(0, _FINDER)
+    sys.modules[_MODULE_NAME] = mod
+    return mod
+
+
+def uninstall_sageattention_alias() -> None:
+    """Undo ``install_sageattention_alias`` (modules that already imported sageattn keep their reference)."""
+    global _FINDER
+    if _FINDER is not None:
+        try:
+            sys.meta_path.remove(_FINDER)
+        except ValueError:
+            pass
+        _FINDER = None
+    mod = sys.modules.get(_MODULE_NAME)
+    if mod is not None and is_sageattention_alias(mod):
+        del sys.modules[_MODULE_NAME]
