@@ -15,13 +15,13 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import torch_sage
+from timing import device_ms, wall_ms
 
 SHAPES = [  # B, H, N, D, causal
     (1, 40, 32760, 128, False), (1, 40, 75600, 128, False), (2, 24, 16384, 128, False), (1, 24, 4608, 128, False),
@@ -48,32 +48,6 @@ def methods():
     return m
 
 
-def device_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
-
-
-def wall_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2] * 1e3
-
-
 def exact_head(q, k, v, causal):
     qh, kh, vh = q[:1, :1, :1024].double(), k[:1, :1].double(), v[:1, :1].double()
     s = qh @ kh.transpose(-1, -2) / math.sqrt(q.shape[-1])
@@ -97,7 +71,8 @@ def first_call_seconds():
             t0 = time.perf_counter(); torch_sage.attention(q, q, q, pv_mode=mode); torch.cuda.synchronize()
             first = time.perf_counter() - t0
             t0 = time.perf_counter(); torch_sage.attention(q, q, q, pv_mode=mode); torch.cuda.synchronize()
-            print(f"first call {mode}: {first:.2f} s (import {t_import:.2f} s), second {time.perf_counter() - t0:.4f} s")
+            second = time.perf_counter() - t0
+            print(f"first call {mode}: {first:.2f} s (import {t_import:.2f} s), second {second:.4f} s")
     """)
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TRITON_CACHE_DIR=cache)
@@ -139,7 +114,8 @@ def main():
                   f"{r['cosine']:10.6f}{r['rel_l1']:9.5f}")
         del q, k, v
         torch.cuda.empty_cache()
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; short calls: wall time per call, host included")
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; "
+          "short calls: wall time per call, host included")
     print(first_call_seconds())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_attention.csv"), "w", newline="") as f:

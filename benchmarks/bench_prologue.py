@@ -8,45 +8,17 @@ python benchmarks/bench_prologue.py [--out DIR]
 import argparse
 import csv
 import os
-import time
 
 import torch
 
 import torch_sage  # noqa: F401
+from timing import device_ms, wall_ms
 
 LENGTHS = [256, 1024, 4096, 16384, 32760, 75600]
 
 
 def set_impl(impl):
     os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
-
-
-def gpu_ms(fn, reps=50):
-    """Median device time of fn from CUDA events, one event pair per call."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
-
-
-def wall_us(fn, reps=200):
-    """Median wall time of one call including the host, synchronized after each call."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2] * 1e6
 
 
 def main():
@@ -66,12 +38,12 @@ def main():
         moved = read + written
         src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        copy_ms = gpu_ms(lambda: dst.copy_(src))  # reads moved/2 and writes moved/2 bytes
+        copy_ms = device_ms(lambda: dst.copy_(src))  # reads moved/2 and writes moved/2 bytes
         for smooth_k in (False, True):
             res = {}
             for impl in ("hip", "triton"):
                 set_impl(impl)
-                res[impl] = gpu_ms(lambda: torch.ops.sage.quant_qk_int8(q, k, "HND", 0.088, smooth_k))
+                res[impl] = device_ms(lambda: torch.ops.sage.quant_qk_int8(q, k, "HND", 0.088, smooth_k))
             rate = lambda ms: moved / ms / 1e6  # noqa: E731  GB/s
             print(f"{n:7d} {str(smooth_k):>8s} {moved / 1e6:9.1f} {rate(copy_ms):10.0f} {rate(res['hip']):9.0f} "
                   f"{copy_ms / res['hip']:8.2f} {rate(res['triton']):11.0f} {copy_ms / res['triton']:11.2f}")
@@ -85,7 +57,7 @@ def main():
             res = {}
             for impl in ("hip", "triton"):
                 set_impl(impl)
-                res[impl] = wall_us(lambda: torch.ops.sage.quant_qk_int8(q, q, "HND", 0.088, smooth_k))
+                res[impl] = 1e3 * wall_ms(lambda: torch.ops.sage.quant_qk_int8(q, q, "HND", 0.088, smooth_k))
             print(f"{n:7d} {str(smooth_k):>8s} {res['hip']:12.1f} {res['triton']:15.1f} "
                   f"{res['triton'] / res['hip']:10.2f}")
             rows.append(dict(kind="short_call", n=n, smooth_k=smooth_k, hip_us=res["hip"], triton_us=res["triton"]))

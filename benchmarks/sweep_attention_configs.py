@@ -6,12 +6,12 @@ python benchmarks/sweep_attention_configs.py [--out DIR] [--part configs|transpo
 """
 import argparse
 import os
-import time
 
 import torch
 
 import torch_sage  # noqa: F401
 from torch_sage import triton_attention as ta
+from timing import device_ms, wall_ms
 
 CANDIDATES = {
     (128, False): [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 64, 4, 3),
@@ -22,30 +22,6 @@ CANDIDATES = {
     (64, True): [(128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
 }
 SHAPES = {128: [(1, 40, 16384, 128, False), (1, 32, 8192, 128, True)], 64: [(1, 48, 17776, 64, False)]}
-
-
-def device_ms(fn, reps=10):
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(reps):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / reps
-
-
-def wall_us(fn, reps=200):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2] * 1e6
 
 
 def transposed_v_experiment():
@@ -129,7 +105,7 @@ def main():
         "SDPA": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q),
     }
     for name, fn in parts.items():
-        line = f"short call N=256 H=40 D=128, {name}: {wall_us(fn):.1f} us"
+        line = f"short call N=256 H=40 D=128, {name}: {1e3 * wall_ms(fn):.1f} us"
         print(line, flush=True)
         lines.append(line)
     with open(os.path.join(args.out, "sweep_attention_configs.log"), "w") as f:

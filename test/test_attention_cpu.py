@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import BOUNDS, accuracy, assert_accurate, exact_attention, make_qkv, to_hnd
+from conftest import accuracy, assert_accurate, exact_attention, make_qkv, to_hnd
 
 SHAPES = [
     # b, hq, hk, nq, nk, d

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import make_qkv, to_hnd
+from conftest import make_qkv
 from reference_quant import quantize_blocks
 
 pytestmark = pytest.mark.gpu
