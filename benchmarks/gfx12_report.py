@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from timing import device_ms, wall_ms  # benchmarks/timing.py (this script runs from benchmarks/)
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,22 +192,7 @@ def accuracy(rep, device, shapes):
 
 def median_ms(fn, device, reps=20):
     """Median time of one call: GPU time from events on the GPU, wall time on the CPU."""
-    fn()
-    synchronize(device)
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[len(times) // 2]
+    return device_ms(fn, reps) if device == "cuda" else wall_ms(fn, reps, device="cpu")
 
 
 def speed(rep, device, shapes, reps):
