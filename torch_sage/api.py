@@ -9,6 +9,12 @@ from .ops import attention, attention_with_lse
 _PV_ACCUM_TO_MODE = {"fp32": "fp16", "fp16": "fp16", "fp16+fp32": "fp16", "fp32+fp32": "fp8", "fp32+fp16": "fp8"}
 
 
+def reject_attn_mask(kwargs) -> None:
+    """SageAttention silently ignores an ``attn_mask`` keyword, which gives a wrong answer: raise instead."""
+    if kwargs.get("attn_mask") is not None:
+        raise ValueError("sageattn: attn_mask is not supported; use F.scaled_dot_product_attention for masked calls")
+
+
 def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_causal: bool = False,
              sm_scale: Optional[float] = None, return_lse: bool = False, **kwargs):
     """Drop-in for ``sageattention.sageattn``.
@@ -20,8 +26,7 @@ def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_cau
     (``qk_quant_gran``, ``smooth_v``, ...) are accepted and ignored, as SageAttention ignores the ones
     its chosen kernel does not use. A non-None ``attn_mask`` raises (SageAttention would ignore it).
     """
-    if kwargs.get("attn_mask") is not None:  # SageAttention ignores it silently: a wrong answer
-        raise ValueError("sageattn: attn_mask is not supported; use F.scaled_dot_product_attention for masked calls")
+    reject_attn_mask(kwargs)
     smooth_k = bool(kwargs.get("smooth_k", True))
     pv_mode = kwargs.get("pv_mode")
     if pv_mode is None:

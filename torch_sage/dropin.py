@@ -41,6 +41,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from .api import reject_attn_mask as _check_mask
 from .api import sageattn as _sageattn
 
 SAGEATTENTION_API_VERSION = "2.2.0"
@@ -53,16 +54,9 @@ def _version() -> str:
     return f"{SAGEATTENTION_API_VERSION}+torchsage.{__version__}"
 
 
-def _check_mask(kwargs) -> None:
-    if kwargs.get("attn_mask") is not None:
-        raise ValueError("torch_sage (as sageattention): attn_mask is not supported; use "
-                         "torch.nn.functional.scaled_dot_product_attention for masked attention")
-
-
 def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_causal: bool = False,
              sm_scale: Optional[float] = None, return_lse: bool = False, **kwargs: Any):
     """SageAttention 2.2.0's ``sageattn`` (see ``torch_sage.sageattn``); raises for a non-None attn_mask."""
-    _check_mask(kwargs)
     return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, **kwargs)
 
 
