@@ -1,5 +1,10 @@
 import math
 import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
 
 import pytest
 import torch
@@ -12,12 +17,91 @@ if not torch.cuda.is_available():
 
 import torch_sage  # noqa: E402,F401  (registers torch.ops.sage.*)
 
+# Test files that run Triton kernels in Triton's interpreter (on CPU tensors). TRITON_INTERPRET must be set before
+# triton is first imported, and once set it switches every Triton kernel of the process to the interpreter, so on
+# a machine with a GPU these files run in a child pytest process that sees no GPU, and the main process never
+# sets the variable. SAGE_INTERPRETER_SUBPROCESS=1 takes that path on a CPU-only machine too (to test it).
+INTERPRETER_TEST_FILES = ("test_triton_attention_interp.py", "test_triton_quant_interp.py")
+
 # Accuracy bounds of docs/SEMANTICS.md against float64 exact attention.
 BOUNDS = {"fp16": (0.9999, 0.015), "fp8": (0.9995, 0.03)}
 
 
 def gpu_device():
     return "cuda" if torch.cuda.is_available() else None
+
+
+def interpreter_in_subprocess() -> bool:
+    return torch.cuda.is_available() or os.environ.get("SAGE_INTERPRETER_SUBPROCESS") == "1"
+
+
+def triton_interpreter_unusable():
+    """Why Triton's interpreter cannot run these kernels here (a skip reason), or None."""
+    try:
+        import numpy as np
+        import triton
+    except ImportError as e:
+        return f"needs triton and numpy ({e})"
+    try:
+        int(np.zeros(1))
+    except TypeError:  # numpy >= 2.4; Triton 3.7's interpreter squeezes its scalars first
+        if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
+            return "Triton < 3.7's interpreter cannot run loops with runtime bounds under numpy >= 2.4"
+    return None
+
+
+class InterpreterProcessFailed(Exception):
+    pass
+
+
+class InterpreterProcessItem(pytest.Item):
+    """Runs one interpreter test file in a child pytest process without a visible GPU and with
+    TRITON_INTERPRET=1, and passes, fails or skips as that run does."""
+
+    def runtest(self):
+        env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="",
+                   ROCR_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+        env.pop("SAGE_INTERPRETER_SUBPROCESS", None)
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        with tempfile.TemporaryDirectory() as tmp:
+            report = pathlib.Path(tmp) / "report.xml"
+            cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={report}",
+                   str(self.path)]
+            res = subprocess.run(cmd, cwd=str(self.config.rootpath), env=env, capture_output=True, text=True,
+                                 timeout=1200)
+            if report.exists():
+                suite = ET.parse(report).getroot()
+                suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+                counts = {key: int(suite.get(key, 0)) for key in counts}
+        output = (res.stdout + res.stderr)[-6000:]
+        self.user_properties.append(("child_counts", counts))
+        all_skipped = counts["tests"] > 0 and counts["skipped"] == counts["tests"]
+        # pytest exits 5 when a module-level skip leaves no test to run
+        if res.returncode not in ((0, 5) if all_skipped else (0,)) or counts["failures"] or counts["errors"] \
+                or counts["tests"] == 0:
+            raise InterpreterProcessFailed(f"child pytest exited {res.returncode} with {counts}:\n{output}")
+        if all_skipped:
+            reasons = [line for line in output.splitlines() if line.startswith("SKIPPED")]
+            pytest.skip(f"all {counts['tests']} skipped in the interpreter process: {reasons[:1]}")
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, InterpreterProcessFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name} in a Triton-interpreter process"
+
+
+class InterpreterProcessFile(pytest.File):
+    def collect(self):
+        yield InterpreterProcessItem.from_parent(self, name="in_interpreter_process")
+
+
+def pytest_pycollect_makemodule(module_path: pathlib.Path, parent):
+    if module_path.name in INTERPRETER_TEST_FILES and interpreter_in_subprocess():
+        return InterpreterProcessFile.from_parent(parent, path=module_path)
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,5 +1,6 @@
 """The Triton attention kernel (torch_sage/triton_attention.py) against the C++ CPU kernel, in Triton's
-interpreter on CPU tensors.
+interpreter on CPU tensors. On a machine with a GPU, conftest.py runs this file in a child process that sees no
+GPU (TRITON_INTERPRET would switch every Triton kernel of the main process to the interpreter).
 
 The kernel sums in another order (tile-wise dots, key blocks of BLOCK_N for the online softmax), so the
 outputs agree within rounding, not bit for bit.
@@ -12,23 +13,20 @@ import pathlib
 import pytest
 import torch
 
-from conftest import make_qkv
+from conftest import make_qkv, triton_interpreter_unusable
 
-# @triton.jit reads TRITON_INTERPRET when it decorates a function: set it before triton is imported, and load
-# a private copy of the kernel module (an earlier import of torch_sage.triton_attention may hold compiled
-# kernels). The variable is restored right away so that modules collected later are not switched to the
-# interpreter; the tests set it again while they run (the interpreter consults it during launches).
+if torch.cuda.is_available():
+    pytest.skip("run by conftest.py in a process without a GPU", allow_module_level=True)
+if triton_interpreter_unusable():
+    pytest.skip(triton_interpreter_unusable(), allow_module_level=True)
+
+# @triton.jit reads TRITON_INTERPRET when it decorates a function (conftest.py sets it in a process without a
+# GPU): load a private copy of the kernel module with it set, so that the copy is interpreted whatever an
+# earlier import of torch_sage.triton_attention holds. The tests set it again while they run (the interpreter
+# consults it during launches).
 _saved_interpret = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 try:
-    triton = pytest.importorskip("triton")
-    np = pytest.importorskip("numpy")
-    try:
-        int(np.zeros(1))
-    except TypeError:  # numpy >= 2.4; Triton 3.7's interpreter squeezes its scalars first
-        if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7):
-            pytest.skip("Triton < 3.7's interpreter cannot run loops with runtime bounds under numpy >= 2.4",
-                        allow_module_level=True)
     _path = pathlib.Path(__file__).resolve().parents[1] / "torch_sage" / "triton_attention.py"
     _spec = importlib.util.spec_from_file_location("_sage_triton_attention_interp", _path)
     ta = importlib.util.module_from_spec(_spec)

@@ -1,14 +1,16 @@
-"""The Triton quantization kernels against the C++ CPU kernels, bit for bit (Triton's interpreter on CPU)."""
+"""The Triton quantization kernels against the C++ CPU kernels, bit for bit (Triton's interpreter on CPU). On a
+machine with a GPU, conftest.py runs this file in a child process that sees no GPU."""
 import math
 
 import pytest
 import torch
 
-from conftest import make_qkv
+from conftest import make_qkv, triton_interpreter_unusable
 
-pytest.importorskip("triton")
 if torch.cuda.is_available():
-    pytest.skip("the GPU suite covers the Triton kernels on the device", allow_module_level=True)
+    pytest.skip("run by conftest.py in a process without a GPU", allow_module_level=True)
+if triton_interpreter_unusable():
+    pytest.skip(triton_interpreter_unusable(), allow_module_level=True)
 from torch_sage.triton_quant import quant_qk_int8_triton, quant_v_fp8_triton  # noqa: E402
 
 
