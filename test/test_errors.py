@@ -54,3 +54,34 @@ def test_kernel_op_checks_its_quantized_inputs():
                                          torch.float16)
     with pytest.raises(RuntimeError, match="out_dtype must be float16, bfloat16 or float32"):
         torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, v, None, 16, "HND", False, torch.int32)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+@pytest.mark.parametrize("op", [torch.ops.sage.attention, torch.ops.sage.attention_with_lse])
+def test_a_meta_tensor_among_cpu_inputs_raises_naming_the_devices(op, which):
+    # The Meta dispatch key wins over CPU, so such a call reaches the fake kernel, which used to return
+    # uninitialised CPU memory.
+    args = qkv()
+    args[which] = args[which].to("meta")
+    names = ("q", "k", "v")
+    with pytest.raises(RuntimeError, match=f"same device, got .*{names[which]} on meta"):
+        op(*args)
+
+
+def test_meta_inputs_of_the_other_ops_are_checked_too():
+    q, k, v = qkv()
+    with pytest.raises(RuntimeError, match="same device, got q on cpu, k on meta"):
+        torch.ops.sage.quant_qk_int8(q, k.to("meta"), "HND", 0.125, True)
+    qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, False)
+    with pytest.raises(RuntimeError, match="same device, got .*v on meta"):
+        torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, v.to("meta"), None, 16, "HND", False, torch.float16)
+
+
+def test_all_meta_inputs_still_give_meta_outputs():
+    q, k, v = (t.to("meta") for t in qkv(nq=200, nk=70))
+    out = torch.ops.sage.attention(q, k, v)
+    out2, lse = torch.ops.sage.attention_with_lse(q, k, v, "HND", True)
+    assert out.device.type == "meta" and out.shape == q.shape and out2.shape == q.shape
+    assert lse.device.type == "meta" and lse.shape == (1, 2, 200)
+    qi, qs, ki, ks, km = torch.ops.sage.quant_qk_int8(q, k, "HND", 0.125, True)
+    assert qi.shape == (1, 2, 256, 64) and ki.shape == (1, 2, 128, 64) and km.device.type == "meta"
