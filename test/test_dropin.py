@@ -125,6 +125,43 @@ def test_modes_of_the_variants(alias):
     assert torch.equal(alias.sageattn(q, k, v, attn_mask=None), fp16)
 
 
+
+def _alias_calls(alias):
+    """Each public function of the alias as f(q, k, v, **kwargs) on HND inputs."""
+    def varlen(q, k, v, **kwargs):
+        cu_q = torch.tensor([0, q.shape[2]], dtype=torch.int32)
+        cu_k = torch.tensor([0, k.shape[2]], dtype=torch.int32)
+        return alias.sageattn_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), cu_q, cu_k,
+                                     q.shape[2], k.shape[2], **kwargs)
+    return [alias.sageattn, alias.sageattn_qk_int8_pv_fp16_triton, alias.sageattn_qk_int8_pv_fp16_cuda,
+            alias.sageattn_qk_int8_pv_fp8_cuda, alias.sageattn_qk_int8_pv_fp8_cuda_sm90, varlen]
+
+
+def test_float32_raises_so_that_the_callers_fallback_runs(alias):
+    """SageAttention asserts float16/bfloat16; callers (ComfyUI nodes) catch the error and compute the call
+    exactly, which an fp32 model needs (values beyond the 16-bit range)."""
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, dtype=torch.float32)
+    for fn in _alias_calls(alias):
+        with pytest.raises(TypeError, match="float32; SageAttention takes float16 or bfloat16 only"):
+            fn(q, k, v)
+        with pytest.raises(TypeError, match="k is torch.float32"):
+            fn(q.half(), k, v.half())
+        assert fn(q.bfloat16(), k.bfloat16(), v.bfloat16()).dtype == torch.bfloat16
+    assert torch_sage.sageattn(q, k, v).dtype == torch.float32  # the library's own sageattn accepts float32
+
+
+def test_unknown_keywords_raise_in_every_function(alias):
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64)
+    for fn in _alias_calls(alias):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'is_casual'.*'is_causal'"):
+            fn(q, k, v, is_casual=True)
+        with pytest.raises(ValueError, match="dropout_p"):
+            fn(q, k, v, dropout_p=0.5)
+        fn(q, k, v, attn_mask=None, dropout_p=0.0, smooth_v=False)  # SageAttention 2.x keywords: accepted
+    with pytest.raises(TypeError, match="'pv_mode'"):  # the kernel functions choose the mode by their name
+        alias.sageattn_qk_int8_pv_fp8_cuda(q, k, v, pv_mode="fp16")
+    assert torch.equal(alias.sageattn(q, k, v, pv_mode="fp8"), torch.ops.sage.attention(q, k, v, pv_mode="fp8"))
+
 # ---------------------------------------------------------------------------------------------------------------
 # diffusers: the calls of src/diffusers/models/attention_dispatch.py (tensors [B, N, H, D], layout "NHD")
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,11 +21,16 @@ The module offers SageAttention 2.2.0's public functions: ``sageattn``, ``sageat
 ``sageattn_qk_int8_pv_fp16_triton``, ``sageattn_qk_int8_pv_fp16_cuda``, ``sageattn_qk_int8_pv_fp8_cuda``,
 ``sageattn_qk_int8_pv_fp8_cuda_sm90``: the fp16 ones run torch_sage's accurate mode (fp16 P.V), the fp8 ones
 its fast mode (fp8 P.V), ``sageattn`` follows ``pv_accum_dtype`` as ``torch_sage.sageattn`` does (accurate mode
-by default). One deliberate difference: SageAttention silently ignores an ``attn_mask`` keyword (older ComfyUI
-passes one); these functions raise ``ValueError`` for a mask that is not None, so a caller that catches errors
-(ComfyUI does) falls back to exact attention instead of getting an unmasked result. Their signatures have no
-``attn_mask`` parameter, so current ComfyUI (which inspects the signature) sends masked calls to PyTorch
-attention itself.
+by default). Like SageAttention they take float16 and bfloat16 only: float32 (or any other dtype) raises
+``TypeError``, so a caller that falls back to exact attention on an error (ComfyUI does) computes float32
+models exactly; ``torch_sage.sageattn`` itself accepts float32.
+
+Deliberate differences, each where SageAttention silently drops something and gives a wrong answer: an
+``attn_mask`` that is not None (older ComfyUI passes one) and a non-zero ``dropout_p`` raise ``ValueError``, so a
+caller that catches errors falls back to exact attention instead of getting an unmasked result; a keyword that
+no SageAttention 2.x function knows (``is_casual=True``) raises ``TypeError``, as a Python function without
+``**kwargs`` would. The signatures have no ``attn_mask`` parameter, so current ComfyUI (which inspects the
+signature) sends masked calls to PyTorch attention itself.
 """
 import importlib
 import importlib.abc
@@ -41,7 +46,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from .api import reject_attn_mask as _check_mask
+from .api import SAGEATTENTION_KEYWORDS, SDPA_KEYWORDS
+from .api import check_kwargs as _check_kwargs
 from .api import sageattn as _sageattn
 
 SAGEATTENTION_API_VERSION = "2.2.0"
@@ -54,9 +60,32 @@ def _version() -> str:
     return f"{SAGEATTENTION_API_VERSION}+torchsage.{__version__}"
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _check_dtype(func: str, q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in _HALF:
+            raise TypeError(f"{func}: {name} is {t.dtype}; SageAttention takes float16 or bfloat16 only, and so does "
+                            "this sageattention alias, so that the caller's fallback runs (torch_sage.sageattn "
+                            "accepts float32)")
+
+
+# What SageAttention's kernel functions and sageattn_varlen accept in **kwargs (torch_sage's pv_mode is for
+# sageattn only: the kernel functions choose the mode by their name).
+_KERNEL_KEYWORDS = SAGEATTENTION_KEYWORDS | SDPA_KEYWORDS
+
+
+def _check(func: str, q: Tensor, k: Tensor, v: Tensor, kwargs) -> None:
+    _check_kwargs(func, kwargs, _KERNEL_KEYWORDS)
+    _check_dtype(func, q, k, v)
+
+
 def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_causal: bool = False,
              sm_scale: Optional[float] = None, return_lse: bool = False, **kwargs: Any):
-    """SageAttention 2.2.0's ``sageattn`` (see ``torch_sage.sageattn``); raises for a non-None attn_mask."""
+    """SageAttention 2.2.0's ``sageattn`` (see ``torch_sage.sageattn``); raises for float32, a non-None attn_mask
+    and an unknown keyword."""
+    _check_dtype("sageattn", q, k, v)
     return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, **kwargs)
 
 
@@ -65,7 +94,7 @@ def sageattn_qk_int8_pv_fp16_triton(q: Tensor, k: Tensor, v: Tensor, tensor_layo
                                     sm_scale: Optional[float] = None, smooth_k: bool = True,
                                     return_lse: bool = False, **kwargs: Any):
     """INT8 Q.K, fp16 P.V: torch_sage's accurate mode."""
-    _check_mask(kwargs)
+    _check("sageattn_qk_int8_pv_fp16_triton", q, k, v, kwargs)
     return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
 
 
@@ -76,7 +105,7 @@ def sageattn_qk_int8_pv_fp16_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout
                                   **kwargs: Any):
     """INT8 Q.K, fp16 P.V: torch_sage's accurate mode (``pv_accum_dtype`` and ``smooth_v`` only tune
     SageAttention's CUDA kernel; torch_sage always accumulates in float32)."""
-    _check_mask(kwargs)
+    _check("sageattn_qk_int8_pv_fp16_cuda", q, k, v, kwargs)
     if pv_accum_dtype not in ("fp16", "fp16+fp32", "fp32"):
         raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
     return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
@@ -88,7 +117,7 @@ def sageattn_qk_int8_pv_fp8_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout:
                                  smooth_k: bool = True, smooth_v: bool = False, return_lse: bool = False,
                                  **kwargs: Any):
     """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
-    _check_mask(kwargs)
+    _check("sageattn_qk_int8_pv_fp8_cuda", q, k, v, kwargs)
     if pv_accum_dtype not in ("fp32", "fp32+fp32", "fp32+fp16"):
         raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
     return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp8")
@@ -99,6 +128,8 @@ def sageattn_qk_int8_pv_fp8_cuda_sm90(q: Tensor, k: Tensor, v: Tensor, tensor_la
                                       sm_scale: Optional[float] = None, pv_accum_dtype: str = "fp32+fp32",
                                       smooth_k: bool = True, return_lse: bool = False, **kwargs: Any):
     """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
+    _check("sageattn_qk_int8_pv_fp8_cuda_sm90", q, k, v, kwargs)
+    kwargs.pop("smooth_v", None)  # not a parameter of this one: SageAttention drops it, as the kernel does here
     return sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout, is_causal, qk_quant_gran, sm_scale, pv_accum_dtype,
                                         smooth_k, False, return_lse, **kwargs)
 
@@ -110,7 +141,7 @@ def sageattn_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_se
     ``cu_seqlens[i]:cu_seqlens[i+1]``. Runs one torch_sage call per sequence (reads cu_seqlens on the host).
     Unlike SageAttention, which subtracts one key mean over all sequences, smooth_k uses each sequence's own
     mean; the result is the same attention either way."""
-    _check_mask(kwargs)
+    _check("sageattn_varlen", q, k, v, kwargs)
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError("sageattn_varlen: q, k, v must be [total_tokens, heads, head_dim]")
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
