@@ -254,7 +254,7 @@ def test_mode_routes_eligible_calls(case):
     q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=dtype, seed=nq)
     if layout == "NHD":
         q, k, v = nhd_view(q), nhd_view(k), nhd_view(v)
-    with torch_sage.sdpa_mode() as mode:
+    with torch_sage.sdpa_mode(allow_fp32=dtype == torch.float32) as mode:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
     assert mode.stats.routed == 1 and not mode.stats.fallback
     assert out.shape == q.shape and out.dtype == q.dtype
@@ -333,7 +333,7 @@ def test_mode_leaves_arguments_of_a_later_torch_to_sdpa():
 def test_mode_grad_rules():
     q, k, v = make_qkv(1, 2, 2, 32, 32, 64, dtype=torch.float32)
     q.requires_grad_()
-    with torch_sage.sdpa_mode() as mode:
+    with torch_sage.sdpa_mode(allow_fp32=True) as mode:
         out = F.scaled_dot_product_attention(q, k, v)  # a gradient may be needed: SDPA, which has one
         out.sum().backward()
         assert q.grad is not None
@@ -344,7 +344,21 @@ def test_mode_grad_rules():
     assert mode.stats.fallback == {"grad": 1} and mode.stats.routed == 2
     assert sdpa.sdpa_fallback_reason(q, k, v) == "grad"
     assert sdpa.sdpa_fallback_reason(q.float(), k, v, allow_fp32=False) == "grad"
-    assert sdpa.sdpa_fallback_reason(q.detach(), k, v, allow_fp32=False) == "dtype"
+    assert sdpa.sdpa_fallback_reason(q.detach(), k, v) == "dtype"
+    assert sdpa.sdpa_fallback_reason(q.detach(), k, v, allow_fp32=True) is None
+
+
+def test_mode_leaves_float32_to_sdpa_unless_asked():
+    """An fp32 model keeps fp32 attention (SDPA) unless the caller opts in; SageAttention rejects float32 too."""
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, dtype=torch.float32)
+    q[0, 0, 0, 0] = 1e5  # beyond float16's range
+    with torch.no_grad(), torch_sage.sdpa_mode() as mode:
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert mode.stats.routed == 0 and mode.stats.fallback == {"dtype": 1}
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v))
+    with torch.no_grad(), torch_sage.sdpa_mode(allow_fp32=True) as mode:
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert mode.stats.routed == 1 and out.dtype == torch.float32
 
 
 def test_enable_disable_and_shared_stats():
@@ -405,9 +419,9 @@ class TinyAttention(torch.nn.Module):
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 def test_mode_under_compile_fullgraph(backend):
     torch.manual_seed(0)
-    model = TinyAttention().eval()
-    x = torch.randn(2, 96, 128)
-    mask = torch.zeros(96, 96)
+    model = TinyAttention().to(torch.bfloat16).eval()
+    x = torch.randn(2, 96, 128, dtype=torch.bfloat16)
+    mask = torch.zeros(96, 96, dtype=torch.bfloat16)
     with torch.no_grad(), torch_sage.sdpa_mode() as mode:
         eager = model(x, mask)
         assert mode.stats.routed == 1 and mode.stats.fallback == {"attn_mask": 1}
@@ -423,8 +437,8 @@ def test_mode_under_compile_fullgraph(backend):
 
 
 def test_mode_no_graph_break_and_op_in_graph():
-    model = TinyAttention().eval()
-    x = torch.randn(1, 64, 128)
+    model = TinyAttention().to(torch.bfloat16).eval()
+    x = torch.randn(1, 64, 128, dtype=torch.bfloat16)
     graphs = []
 
     def capture(gm, example_inputs):
@@ -443,8 +457,8 @@ def test_mode_no_graph_break_and_op_in_graph():
 
 
 def test_mode_export_round_trip():
-    model = TinyAttention().eval()
-    x = torch.randn(1, 64, 128)
+    model = TinyAttention().to(torch.bfloat16).eval()
+    x = torch.randn(1, 64, 128, dtype=torch.bfloat16)
     with torch.no_grad(), torch_sage.sdpa_mode():
         ep = torch.export.export(model, (x,))
         eager = model(x)

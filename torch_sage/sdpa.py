@@ -162,7 +162,7 @@ def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
 
 def sdpa_fallback_reason(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
                          dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
-                         enable_gqa: bool = False, *, allow_fp32: bool = True) -> Optional[str]:
+                         enable_gqa: bool = False, *, allow_fp32: bool = False) -> Optional[str]:
     """``None`` if ``sdpa_mode`` sends this ``F.scaled_dot_product_attention`` call to torch_sage, else
     the reason it calls SDPA instead (the key counted in ``SDPAStats.fallback``)."""
     if attn_mask is not None:
@@ -243,9 +243,9 @@ class SageSDPAMode(TorchFunctionMode):
     """Sends eligible ``F.scaled_dot_product_attention`` calls to ``torch.ops.sage.attention``.
 
     Eligible: no ``attn_mask`` (``is_causal`` is fine), ``dropout_p == 0``, no gradient needed (grad mode
-    off, or no input requires grad), float16 / bfloat16 (and float32 unless ``allow_fp32=False``; it is
-    computed as float16), the same dtype and a CPU or CUDA/ROCm device for q, k and v, head_dim 1..256 and
-    the same for q, k and v, equal batch dimensions (3-D inputs are one head; more than 4 dimensions are
+    off, or no input requires grad), float16 / bfloat16 (float32 only with ``allow_fp32=True``: it is then
+    computed as bfloat16, a precision an fp32 model may not expect), the same dtype and a CPU or CUDA/ROCm
+    device for q, k and v, head_dim 1..256 and the same for q, k and v, equal batch dimensions (3-D inputs are one head; more than 4 dimensions are
     flattened into the batch), the same head count for q and k/v or ``enable_gqa=True`` with a multiple.
     ``scale`` and ``is_causal`` (upper-left aligned, as SDPA) are honoured. Everything else calls SDPA.
 
@@ -253,7 +253,7 @@ class SageSDPAMode(TorchFunctionMode):
     shareable between modes) counts routed calls and fallbacks by reason.
     """
 
-    def __init__(self, *, smooth_k: bool = True, pv_mode: str = "auto", allow_fp32: bool = True,
+    def __init__(self, *, smooth_k: bool = True, pv_mode: str = "auto", allow_fp32: bool = False,
                  stats: Optional[SDPAStats] = None):
         super().__init__()
         if pv_mode not in ("auto", "fp16", "fp8"):
@@ -282,7 +282,7 @@ class SageSDPAMode(TorchFunctionMode):
         return out if q.dim() == 4 else out.reshape(q.shape)
 
 
-def sdpa_mode(*, smooth_k: bool = True, pv_mode: str = "auto", allow_fp32: bool = True,
+def sdpa_mode(*, smooth_k: bool = True, pv_mode: str = "auto", allow_fp32: bool = False,
               stats: Optional[SDPAStats] = None) -> SageSDPAMode:
     """``with torch_sage.sdpa_mode() as mode: ...``: route eligible SDPA calls to torch_sage inside the block
     (see ``SageSDPAMode``); ``mode.stats`` says what was routed."""
@@ -431,7 +431,7 @@ def sage_scaled_dot_product_flash_attention_for_cpu(query: Tensor, key: Tensor, 
     """torch_sage in the contract of ``aten::_scaled_dot_product_flash_attention_for_cpu`` (SDPA's CPU flash
     backend): returns (output shaped like q with ``empty_like(query)`` strides, logsumexp [B, Hq, Nq] float32
     with the strides of a transposed [B, Nq, Hq] tensor, as torch's CPU kernel). float32 is accepted (computed
-    as float16). Raises ValueError for a call outside ``flash_fallback_reason(..., cpu_op=True)``."""
+    as bfloat16). Raises ValueError for a call outside ``flash_fallback_reason(..., cpu_op=True)``."""
     reason = flash_fallback_reason(query, key, value, dropout_p, is_causal, False, attn_mask, cpu_op=True)
     if reason is not None:
         raise ValueError(f"torch_sage flash impl: unsupported call ({reason})")
