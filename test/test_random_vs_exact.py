@@ -139,3 +139,43 @@ def test_cpu_matches_exact_attention(case):
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_gpu_matches_exact_attention(case):
     check_case(case, gpu_device())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# float32 values beyond float16's range (65504): computed as bfloat16, they stay finite
+# ---------------------------------------------------------------------------------------------------------------
+
+def _fp32_inputs(nq=300, nk=200, d=64):
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 2, nq, d, generator=gen)
+    k = torch.randn(1, 2, nk, d, generator=gen) + 4 * torch.randn(d, generator=gen)
+    v = torch.randn(1, 2, nk, d, generator=gen)
+    return q, k, v
+
+
+def _bf16_exact(q, k, v):
+    return exact_attention(*(t.bfloat16() for t in (q, k, v)))[0]
+
+
+@pytest.mark.parametrize("big", [1e5, 1e6])
+def test_float32_values_beyond_float16_range_in_v(big):
+    q, k, v = _fp32_inputs()
+    v = v * big
+    for mode in ("fp16", "fp8"):
+        out = torch.ops.sage.attention(q, k, v, pv_mode=mode)
+        assert out.dtype == torch.float32 and torch.isfinite(out).all(), mode
+    cos, l1 = accuracy(torch.ops.sage.attention(q, k, v, pv_mode="fp16"), _bf16_exact(q, k, v))
+    assert cos >= BOUNDS["fp16"][0] and l1 <= BOUNDS["fp16"][1], (cos, l1)
+
+
+@pytest.mark.parametrize("big", [1e5, 1e6])
+def test_float32_values_beyond_float16_range_in_q_and_k(big):
+    q, k, v = _fp32_inputs()
+    q[0, 1, 5, 7] = big  # query block 0 of head 1 (rows 0-127) is quantized with this value's scale
+    k[0, 0, 30, 3] = -big
+    out = torch.ops.sage.attention(q, k, v)
+    assert torch.isfinite(out).all()
+    ref = _bf16_exact(q, k, v)
+    # the other query blocks of head 1 keep the accurate mode's bound
+    cos, l1 = accuracy(out[:, 1, 128:], ref[:, 1, 128:])
+    assert cos >= BOUNDS["fp16"][0] and l1 <= BOUNDS["fp16"][1], (cos, l1)
