@@ -17,7 +17,7 @@ import random
 import pytest
 import torch
 
-from conftest import BOUNDS, accuracy, exact_attention, gpu_device
+from conftest import BOUNDS, accuracy, as_computed, exact_attention, gpu_device
 
 N_CASES = int(os.environ.get("SAGE_RANDOM_CASES", "300"))
 SEED = int(os.environ.get("SAGE_RANDOM_SEED", "0"))
@@ -104,8 +104,7 @@ def check_case(c, device):
         v = v + torch.randn(d, generator=gen)  # values with a per-channel offset (the fast mode's bound)
     dtype = c["dtype"]
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    # the values torch_sage computes with: float32 is computed as bfloat16
-    qc, kc, vc = (t.to(torch.bfloat16) if dtype == torch.float32 else t for t in (q, k, v))
+    qc, kc, vc = (as_computed(t) for t in (q, k, v))  # float32 is computed as bfloat16
     scale = None if c["scale_mult"] is None else c["scale_mult"] / math.sqrt(d)
     ref, _ = exact_attention(qc, kc, vc, "HND", c["causal"], scale)
 
@@ -154,7 +153,7 @@ def _fp32_inputs(nq=300, nk=200, d=64):
 
 
 def _bf16_exact(q, k, v):
-    return exact_attention(*(t.bfloat16() for t in (q, k, v)))[0]
+    return exact_attention(*(as_computed(t) for t in (q, k, v)))[0]
 
 
 @pytest.mark.parametrize("big", [1e5, 1e6])

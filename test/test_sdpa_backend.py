@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import torch_sage
 from torch_sage import sdpa
-from conftest import accuracy, assert_accurate, exact_attention, gpu_device, make_qkv
+from conftest import accuracy, as_computed, assert_accurate, exact_attention, gpu_device, make_qkv
 
 attn = torch.nn.attention
 HAS_REGISTRY = all(hasattr(attn, n) for n in ("register_flash_attention_impl", "activate_flash_attention_impl",
@@ -207,11 +207,11 @@ def test_cpu_flash_impl_routes_sdpa():
     # A mask is torch's kernel's job: the original CPU flash kernel runs, bit for bit.
     assert torch.equal(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), before)
     assert sdpa.flash_impl_stats.fallback == {"attn_mask": 1}
-    # float32 goes to the CPU flash op too, and torch_sage takes it (computed as float16).
+    # float32 goes to the CPU flash op too, and torch_sage takes it (computed as bfloat16).
     q32, k32, v32 = q.float(), k.float(), v.float()
     out32 = F.scaled_dot_product_attention(q32, k32, v32)
     assert out32.dtype == torch.float32 and sdpa.flash_impl_stats.routed == 2
-    assert_accurate(out32, exact_attention(q32, k32, v32)[0], "fp16")
+    assert_accurate(out32, exact_attention(*(as_computed(t) for t in (q32, k32, v32)))[0], "fp16")
     with pytest.raises(RuntimeError, match="inference-only"):
         F.scaled_dot_product_attention(q32.requires_grad_(), k32, v32).sum().backward()
     lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[1]
@@ -260,7 +260,8 @@ def test_mode_routes_eligible_calls(case):
     assert out.shape == q.shape and out.dtype == q.dtype
     assert torch.equal(out, torch.ops.sage.attention(q.contiguous(), k.contiguous(), v.contiguous(), "HND", causal,
                                                      scale))
-    assert_accurate(out, exact_attention(q, k, v, is_causal=causal, sm_scale=scale)[0], "fp16")
+    ref = exact_attention(*(as_computed(t) for t in (q, k, v)), is_causal=causal, sm_scale=scale)[0]
+    assert_accurate(out, ref, "fp16")
 
 
 def test_mode_passes_options_and_positional_arguments():
