@@ -125,12 +125,25 @@ def test_strided_views_and_nhd_match_contiguous_hnd():
     assert_accurate(out, exact_attention(q, k, v, "NHD")[0], "fp16")
 
 
-def test_float32_is_computed_as_float16():
+def test_float32_is_computed_as_bfloat16():
     q, k, v = make_qkv(1, 2, 2, 256, 256, 64, dtype=torch.float32)
     out = torch.ops.sage.attention(q, k, v)
     assert out.dtype == torch.float32
-    half = torch.ops.sage.attention(q.half(), k.half(), v.half())
-    assert torch.equal(out.half(), half)  # same computation, one rounding less at the end
+    bf16 = torch.ops.sage.attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+    assert torch.equal(out.bfloat16(), bf16)  # same computation, one rounding less at the end
+
+
+@pytest.mark.parametrize("magnitude", [1e5, 1e6, 1e30])
+def test_float32_beyond_float16_range_stays_finite(magnitude):
+    """bfloat16 has float32's range: values past 65504 neither overflow nor turn a block NaN."""
+    q, k, v = make_qkv(1, 2, 2, 200, 200, 64, dtype=torch.float32, key_bias=0.0)
+    v = v * magnitude
+    out = torch.ops.sage.attention(q, k, v)
+    assert torch.isfinite(out).all()
+    cos, l1 = accuracy(out, exact_attention(q, k, v)[0])
+    assert cos >= 0.9998 and l1 <= 0.02, (cos, l1)
+    q[0, 0, 5] *= magnitude  # a huge query value: its block is quantized against it, but stays finite
+    assert torch.isfinite(torch.ops.sage.attention(q, k, v)).all()
 
 
 def test_sm_scale_is_honoured():

@@ -55,8 +55,9 @@ def encode(model, batch_size):
 def test_minilm_sdpa_mode(minilm):
     assert minilm[0].auto_model.config._attn_implementation == "sdpa"
     ref = encode(minilm, 8)  # plain SDPA
-    # One sentence per batch: no padding, so no attention mask, and every attention call is routed.
-    with torch_sage.sdpa_mode() as mode:
+    # One sentence per batch: no padding, so no attention mask, and every attention call is routed (the model is
+    # float32 on CPU: routed only when asked).
+    with torch_sage.sdpa_mode(allow_fp32=True) as mode:
         out = encode(minilm, 1)
     layers = minilm[0].auto_model.config.num_hidden_layers
     assert mode.stats.routed == layers * len(SENTENCES) and not mode.stats.fallback, mode.stats
@@ -64,7 +65,7 @@ def test_minilm_sdpa_mode(minilm):
     print(f"MiniLM, sdpa_mode: min cosine {cos.min().item():.6f}")
     assert cos.min() >= MIN_COSINE
     # Padded batches carry a mask: those calls stay with SDPA, bit for bit, and are counted.
-    with torch_sage.sdpa_mode() as mode:
+    with torch_sage.sdpa_mode(allow_fp32=True) as mode:
         padded = encode(minilm, 8)
     assert mode.stats.routed == 0 and mode.stats.fallback == {"attn_mask": layers}
     assert torch.equal(padded, ref)

@@ -102,10 +102,10 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   check_qkv(q, k, &v, hnd, /*allow_fp32=*/true);
   const PvMode mode = resolve_pv_mode(std::string(pv_mode));
   const double scale = sm_scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  TORCH_CHECK(std::isfinite(scale), "sage: sm_scale must be finite, got ", scale);
+  q_multiplier(scale);  // checks that sm_scale * log2(e) is a finite float32 before any work
   const at::ScalarType out_dtype = q.scalar_type();
-  // float32 is computed as float16 (docs/SEMANTICS.md).
-  const auto as16 = [&](const at::Tensor& t) { return out_dtype == at::kFloat ? t.to(at::kHalf) : t; };
+  // float32 is computed as bfloat16, whose range is float32's: nothing overflows (docs/SEMANTICS.md).
+  const auto as16 = [&](const at::Tensor& t) { return out_dtype == at::kFloat ? t.to(at::kBFloat16) : t; };
   const at::Tensor q16 = as16(q), k16 = as16(k), v16 = as16(v);
 
   static auto quant_qk = c10::Dispatcher::singleton()

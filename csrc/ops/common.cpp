@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <cstdlib>
+
 namespace sage {
 
 bool is_hnd_layout(const std::string& layout) {
@@ -19,7 +21,7 @@ void check_input(const at::Tensor& t, const char* name, bool allow_fp32) {
               t.dim(), "-D with shape ", t.sizes());
   const auto dt = t.scalar_type();
   TORCH_CHECK(dt == at::kHalf || dt == at::kBFloat16 || (allow_fp32 && dt == at::kFloat), "sage: ", name,
-              " must be float16 or bfloat16", allow_fp32 ? " (float32 is accepted and computed as float16)" : "",
+              " must be float16 or bfloat16", allow_fp32 ? " (float32 is accepted and computed as bfloat16)" : "",
               ", got ", dt);
   const int64_t d = t.size(3);
   TORCH_CHECK(d >= 1 && d <= kMaxHeadDim, "sage: head_dim must be between 1 and ", kMaxHeadDim, ", got ", d,
@@ -28,7 +30,25 @@ void check_input(const at::Tensor& t, const char* name, bool allow_fp32) {
               " must be contiguous (stride 1), got strides ", t.strides(), "; call .contiguous() first");
 }
 
+bool use_triton_prologue() {
+  const char* env = std::getenv("SAGEATTN_SK1_PROLOGUE");
+  if (env == nullptr || *env == '\0' || std::string(env) == "hip") return false;
+  TORCH_CHECK(std::string(env) == "triton", "SAGEATTN_SK1_PROLOGUE must be \"hip\" (the default, the "
+              "hand-written kernel) or \"triton\", got \"", env, "\"");
+  return true;
+}
+
+void check_settings() {
+  use_triton_prologue();
+  // The opt-in itself is applied where a gfx1200 is found (gpu_arch.h); its value is checked everywhere.
+  const char* gfx1200 = std::getenv("SAGEATTN_SK1_GFX1200");
+  const std::string value = gfx1200 == nullptr ? "" : gfx1200;
+  TORCH_CHECK(value.empty() || value == "0" || value == "1",
+              "sage: SAGEATTN_SK1_GFX1200 must be \"1\" (use gfx1200) or \"0\" / unset, got \"", value, "\"");
+}
+
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v, bool hnd, bool allow_fp32) {
+  check_settings();
   check_input(q, "q", allow_fp32);
   check_input(k, "k", allow_fp32);
   if (v) check_input(*v, "v", allow_fp32);

@@ -29,6 +29,14 @@ HeadView head_view(const at::Tensor& t, bool hnd);
 // Checks one input of the attention ops: rank, dtype, last-dim contiguity.
 void check_input(const at::Tensor& t, const char* name, bool allow_fp32);
 
+// SAGEATTN_SK1_PROLOGUE: true for "triton", false when unset, empty or "hip"; any other value raises.
+// Read at every call, so a change takes effect at the next call (also inside a compiled graph, where the op is
+// opaque); a CUDA graph replays the kernels chosen while it was captured.
+bool use_triton_prologue();
+
+// Validates every SAGEATTN_SK1_* variable, whatever the device (check_qkv calls it).
+void check_settings();
+
 // Checks q/k (and v when defined) against each other: device, dtype, batch, heads (GQA), head_dim, kv length.
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v, bool hnd, bool allow_fp32);
 

@@ -5,7 +5,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "common.h"
@@ -17,16 +16,6 @@ namespace sage {
 namespace {
 
 using QuantOut = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-// Read on every call, so a change takes effect at the next call, also in a compiled graph (the op is opaque
-// there); a CUDA graph replays the kernels chosen while it was captured.
-bool use_triton_prologue() {
-  const char* env = std::getenv("SAGEATTN_SK1_PROLOGUE");
-  if (env == nullptr || *env == '\0' || std::string(env) == "hip") return false;
-  TORCH_CHECK(std::string(env) == "triton", "SAGEATTN_SK1_PROLOGUE must be \"hip\" (the default, the "
-              "hand-written kernel) or \"triton\", got \"", env, "\"");
-  return true;
-}
 
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
                            bool smooth_k) {

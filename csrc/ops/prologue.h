@@ -14,8 +14,17 @@ struct QuantQK {
   at::Tensor q_int8, q_scale, k_int8, k_scale, k_mean;
 };
 
+constexpr double kMaxSmScale = 1e6;
+
 // sm_scale * log2(e), formed in double and rounded once to float32, so every backend folds the same number.
-inline float q_multiplier(double sm_scale) { return static_cast<float>(sm_scale * 1.4426950408889634); }
+// |sm_scale| is bounded so that the float32 scores cannot overflow where exact attention stays finite: with
+// float16 inputs |q . k| <= 256 * 65504^2 ~ 1.1e12, times 1.44e6 is ~1.6e18, far inside float32 (at 1e36 the
+// scores of ordinary inputs are inf and every row NaN). Real models use 1/sqrt(head_dim) or a small multiple.
+inline float q_multiplier(double sm_scale) {
+  TORCH_CHECK(std::isfinite(sm_scale) && std::fabs(sm_scale) <= kMaxSmScale, "sage: sm_scale must be finite with "
+              "|sm_scale| <= 1e6 (beyond it the float32 scores can overflow), got ", sm_scale);
+  return static_cast<float>(sm_scale * 1.4426950408889634);
+}
 
 inline QuantQK allocate_quant_qk(const at::Tensor& q, const at::Tensor& k, bool hnd, bool smooth_k) {
   const HeadView vq = head_view(q, hnd), vk = head_view(k, hnd);
