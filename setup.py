@@ -1,51 +1,160 @@
 """Builds torch_sage._C against the installed torch.
 
-The backend follows the installed torch, never the presence of a GPU:
-  CPU-only torch -> the C++ CPU kernels only (no CUDA or ROCm needed);
-  CUDA torch     -> also csrc/hip through nvcc (TORCH_CUDA_ARCH_LIST, default "8.0;9.0");
-  ROCm torch     -> also csrc/hip through hipcc (PYTORCH_ROCM_ARCH, default "gfx1201;gfx1200").
+The backend follows the installed torch and the toolkit beside it, never the presence of a GPU:
+  CPU-only torch -> the C++ CPU kernels only (no CUDA, ROCm or Triton needed);
+  CUDA torch     -> also csrc/hip through nvcc, and the Triton kernels of the default GPU path compiled ahead of
+                    time for each arch of TORCH_CUDA_ARCH_LIST (default "8.0;9.0"), embedded in _C;
+  ROCm torch     -> likewise through hipcc, for each arch of PYTORCH_ROCM_ARCH (default "gfx1201;gfx1200").
+A CUDA/ROCm torch without a usable toolkit (no headers, or nvcc's CUDA major differs from torch's) gets the CPU
+build, said in one line; on the GPU the library then runs Triton's kernels, compiled on first use.
+TORCH_SAGE_BUILD=cpu forces the CPU build; TORCH_SAGE_BUILD=gpu makes a missing toolkit an error.
 """
 import glob
 import os
+import re
+import subprocess
+import sys
+import types
 
 import torch
 from setuptools import setup
 from torch.utils import cpp_extension as ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+AOT_DIR = os.path.join("build", "aot")  # generated: images.bin + aot_images.cpp (torch_sage/aot_build.py)
 
 
 def rel(pattern):
     return sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, pattern)))
 
 
-def gpu_backend():
-    if torch.version.hip and ext.ROCM_HOME:
-        return "rocm"
-    if torch.version.cuda and ext.CUDA_HOME:
-        return "cuda"
+def say(msg):
+    print(f"torch_sage setup: {msg}", file=sys.stderr, flush=True)
+
+
+def cuda_toolkit_problem():
+    """None when nvcc and the CUDA headers match the installed torch, else why not."""
+    home = ext.CUDA_HOME
+    if not home:
+        return "no CUDA toolkit found (set CUDA_HOME)"
+    if not os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")):
+        return f"CUDA_HOME={home} has no CUDA headers (include/cuda_runtime_api.h)"
+    nvcc = os.path.join(home, "bin", "nvcc")
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot run {nvcc}: {e}"
+    m = re.search(r"release (\d+)\.", out)
+    if not m or m.group(1) != torch.version.cuda.split(".")[0]:
+        return (f"{nvcc} is CUDA {m.group(1) if m else '?'} but torch is built for CUDA {torch.version.cuda} "
+                f"(the major versions must agree)")
     return None
 
 
-def extension():
+def gpu_backend():
+    """"cuda", "rocm" or None, as TORCH_SAGE_BUILD, the installed torch and its toolkit allow."""
+    choice = os.environ.get("TORCH_SAGE_BUILD", "auto")
+    if choice not in ("auto", "cpu", "gpu"):
+        raise SystemExit(f'TORCH_SAGE_BUILD must be "auto", "cpu" or "gpu", got "{choice}"')
+    if choice == "cpu":
+        return None
+    if torch.version.hip:
+        backend, problem = "rocm", None if ext.ROCM_HOME else "no ROCm toolkit found (set ROCM_HOME)"
+    elif torch.version.cuda:
+        backend, problem = "cuda", cuda_toolkit_problem()
+    else:
+        backend, problem = None, "this torch is CPU-only"
+    if problem is None:
+        return backend
+    if choice == "gpu":
+        raise SystemExit(f"TORCH_SAGE_BUILD=gpu, but {problem}")
+    if backend is not None:
+        say(f"building the CPU extension only: {problem}; on the GPU, Triton compiles the kernels on first use")
+    return None
+
+
+def aot_archs(backend):
+    """Arch names of the Triton images: "8.0;9.0a;8.6+PTX" -> sm_80, sm_90, sm_86; ROCm names as they are."""
+    if backend == "cuda":
+        archs = []
+        for entry in re.split(r"[;\s,]+", os.environ["TORCH_CUDA_ARCH_LIST"]):
+            m = re.fullmatch(r"(\d+)\.(\d+)a?(\+PTX)?", entry.strip())
+            if m:
+                archs.append(f"sm_{m.group(1)}{m.group(2)}")
+            elif entry.strip():
+                say(f"no Triton images for TORCH_CUDA_ARCH_LIST entry {entry!r} (expected e.g. 9.0)")
+        return sorted(set(archs))
+    return sorted({a.split(":")[0] for a in re.split(r"[;\s,]+", os.environ["PYTORCH_ROCM_ARCH"]) if a})
+
+
+def load_aot_build():
+    """torch_sage.aot_build without torch_sage/__init__.py (which loads _C, not built yet). The stand-in package
+    stays in sys.modules for the rest of the build: the compile workers find the module through it."""
+    pkg = types.ModuleType("torch_sage")
+    pkg.__path__ = [os.path.join(HERE, "torch_sage")]
+    sys.modules["torch_sage"] = pkg
+    import torch_sage.aot_build as aot_build  # noqa: PLC0415
+    return aot_build
+
+
+class BuildExt(ext.BuildExtension):
+    """Compiles the Triton images (only when the extension is built, not for every setup.py command)."""
+
+    def build_extensions(self):
+        if BACKEND is not None:
+            os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(HERE, AOT_DIR, "triton-cache"))
+            try:
+                aot_build = load_aot_build()
+            except ImportError as e:
+                say(f"Triton is not installed ({e}): no precompiled GPU kernels; Triton's JIT will be needed at run "
+                    f"time")
+                aot_build, archs = None, []
+            else:
+                archs = aot_archs(BACKEND)
+            if aot_build is not None:
+                say(f"compiling the Triton kernels ahead of time for {', '.join(archs) or 'no arch'}")
+                cpp = aot_build.build(archs, os.path.join(HERE, AOT_DIR), int(os.environ.get("MAX_JOBS", "0")))
+            else:
+                cpp = write_empty_table()
+            for e in self.extensions:
+                e.sources.append(os.path.relpath(cpp, HERE))
+        super().build_extensions()
+
+
+def write_empty_table():
+    """The image table with no image (every GPU kernel then goes through Triton's JIT)."""
+    os.makedirs(os.path.join(HERE, AOT_DIR), exist_ok=True)
+    path = os.path.join(HERE, AOT_DIR, "aot_images.cpp")
+    src = ('// Generated by setup.py: Triton was not installed at build time, so no image is embedded.\n'
+           '#include "triton_images.h"\n'
+           'namespace sage {\nnamespace aot {\n'
+           'const char kTritonVersion[] = "";\n'
+           'const Image kImages[] = {{"", "", "", "", 0, 0, 0, 0, 0, 0, 0, 0}};\n'
+           'const size_t kNumImages = 0;\n'
+           'const unsigned char* image_blob() { return nullptr; }\n'
+           '}  // namespace aot\n}  // namespace sage\n')
+    with open(path, "w") as f:
+        f.write(src)
+    return path
+
+
+def extension(backend):
     cpu_sources = [p for p in rel("csrc/ops/*.cpp") if not os.path.basename(p).startswith("gpu_")]
     # at::parallel_for is an OpenMP loop in torch's headers: without -fopenmp it runs on one thread.
     # The C++ standard is torch's choice (BuildExtension adds it).
     cxx = ["-O3", "-fopenmp"]
-    backend = gpu_backend()
     if backend is None:
         return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx},
                                 extra_link_args=["-fopenmp"])
     sources = cpu_sources + rel("csrc/ops/gpu_*.cpp")
-    hip_dir = os.path.join(HERE, "csrc", "hip")
+    ops_dir, hip_dir = os.path.join(HERE, "csrc", "ops"), os.path.join(HERE, "csrc", "hip")
     if backend == "cuda":
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
         # BuildExtension sends only .cu files to nvcc; each csrc/hip/X.cu is a one-line include of X.hip.
         return ext.CUDAExtension(
             "torch_sage._C",
             sources + rel("csrc/hip/*.cu"),
-            include_dirs=[hip_dir],
-            define_macros=[("SAGE_WITH_GPU", "1")],
+            include_dirs=[hip_dir, ops_dir],
             extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-lineinfo"]},
             extra_link_args=["-fopenmp"],
         )
@@ -55,21 +164,22 @@ def extension():
     # compat_hip.h with its launch macro rewritten; an X.cu would become X.hip, over the hand-written file).
     # So it gets only csrc/ops/*.cpp (gpu_prologue.cpp needs it: c10/cuda -> c10/hip, written to
     # gpu_prologue_hip.cpp), and csrc/hip is added afterwards: BuildExtension sends the .hip files to hipcc as they
-    # are, with --offload-arch for each PYTORCH_ROCM_ARCH entry, and hipify never reads or writes csrc/hip.
+    # are, with --offload-arch for each PYTORCH_ROCM_ARCH entry, and hipify never reads or writes csrc/hip. The
+    # generated image table is added at build time (BuildExt), after hipify too.
     # test/test_rocm_setup.py runs this branch with torch's own hipify on a copy of the tree.
     extension = ext.CUDAExtension(
         "torch_sage._C",
         sources,
-        define_macros=[("SAGE_WITH_GPU", "1")],
         extra_compile_args={"cxx": cxx, "nvcc": ["-O3"]},
         extra_link_args=["-fopenmp"],
     )
     extension.sources += rel("csrc/hip/*.hip")
-    extension.include_dirs.append(hip_dir)
+    extension.include_dirs += [hip_dir, ops_dir]
     return extension
 
 
+BACKEND = gpu_backend()
 setup(
-    ext_modules=[extension()],
-    cmdclass={"build_ext": ext.BuildExtension.with_options(use_ninja=True)},
+    ext_modules=[extension(BACKEND)],
+    cmdclass={"build_ext": BuildExt.with_options(use_ninja=True)},
 )

@@ -1,9 +1,10 @@
-"""Side-by-side attention benchmark on the GPU, in one run: torch_sage (whole call, prologue included) in each
-P.V mode against F.scaled_dot_product_attention with the flash and cuDNN backends and, when installed,
-sageattention 1.0.6. Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy
-against float64 exact attention (first head, first 1024 queries); writes a CSV and a PNG plot. Short calls
-(256-1024 tokens) are timed one call at a time with the host included. Also times the first call in a fresh
-process with an empty Triton cache.
+"""Side-by-side attention benchmark on the GPU, in one run: torch_sage (whole call, prologue included) in its
+default mode (auto), with smooth_k=False (what key smoothing costs) and in the fp8 mode, against
+F.scaled_dot_product_attention with the flash and cuDNN backends and, when installed, sageattention 1.0.6.
+Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy against float64 exact
+attention (first head, first 1024 queries); writes a CSV and a PNG plot. Short calls (256-1024 tokens) are timed
+one call at a time with the host included. Then the attention kernel alone, precompiled (C++ launch) against
+Triton's JIT of the same source, and the first call in a fresh process with an empty Triton cache.
 
 python benchmarks/bench_attention.py [--out DIR] [--quick]
 """
@@ -32,7 +33,8 @@ SHORT = [(1, 40, n, 128, False) for n in (256, 512, 1024)]
 
 def methods():
     m = {
-        "sage-fp16": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp16"),
+        "sage-auto": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c),
+        "sage-auto-nosmooth": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, smooth_k=False),
         "sage-fp8": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp8"),
     }
     for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -63,21 +65,47 @@ def accuracy(out, ref):
 
 def first_call_seconds():
     script = textwrap.dedent("""
-        import time, torch
-        t0 = time.perf_counter(); import torch_sage; t_import = time.perf_counter() - t0
+        import sys, time, torch
+        import torch.nn.functional as F
         q = torch.randn(1, 24, 4608, 128, device="cuda", dtype=torch.bfloat16)
         torch.cuda.synchronize()
-        for mode in ("fp16", "fp8"):
+        t0 = time.perf_counter(); import torch_sage; t_import = time.perf_counter() - t0
+        for mode in ("auto", "fp8"):
             t0 = time.perf_counter(); torch_sage.attention(q, q, q, pv_mode=mode); torch.cuda.synchronize()
             first = time.perf_counter() - t0
             t0 = time.perf_counter(); torch_sage.attention(q, q, q, pv_mode=mode); torch.cuda.synchronize()
             second = time.perf_counter() - t0
-            print(f"first call {mode}: {first:.2f} s (import {t_import:.2f} s), second {second:.4f} s")
+            print(f"first call {mode}: {first:.3f} s beyond import (import {t_import:.2f} s), second {second:.4f} s")
+        print(f"triton imported: {'triton' in sys.modules}")
+        t0 = time.perf_counter(); F.scaled_dot_product_attention(q, q, q); torch.cuda.synchronize()
+        print(f"first call SDPA (default backend) in the same process: {time.perf_counter() - t0:.3f} s")
     """)
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TRITON_CACHE_DIR=cache)
         res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
         return (res.stdout + res.stderr).strip()
+
+
+def kernel_aot_vs_jit(quick):
+    """The attention kernel alone on the same quantized inputs: the precompiled image launched from C++
+    (sage::qk_int8_attention) against Triton's JIT of the same source and config (sage::_qk_int8_attention_triton)."""
+    lines = []
+    for b, h, n, d, causal in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(n)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, k, "HND", d ** -0.5, True)
+        v8, vs = torch.ops.sage.quant_v_fp8(v, "HND")
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        reps = 5 if quick else max(5, min(50, int(2e13 / flops)))
+        for mode, vv, vsc in (("fp16", v, None), ("fp8", v8, vs)):
+            t = {}
+            for name, op in (("aot", torch.ops.sage.qk_int8_attention), ("jit", torch.ops.sage._qk_int8_attention_triton)):
+                t[name] = device_ms(lambda op=op: op(qi, qs, ki, ks, vv, vsc, n, "HND", causal, torch.bfloat16), reps)
+            lines.append(f"kernel {b},{h},{n},{d},{causal} {mode}: precompiled {t['aot']:.3f} ms, JIT {t['jit']:.3f} ms, "
+                         f"JIT/precompiled {t['jit'] / t['aot']:.3f}")
+        del q, k, v, qi, ki, v8
+        torch.cuda.empty_cache()
+    return "\n".join(lines)
 
 
 def main():
@@ -116,6 +144,7 @@ def main():
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; "
           "short calls: wall time per call, host included")
+    print(kernel_aot_vs_jit(args.quick))
     print(first_call_seconds())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_attention.csv"), "w", newline="") as f:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build for sm_90, run the GPU tests, the benchmarks and compute-sanitizer; logs go to $OUT.
 # Usage (GPU machine, repo root): bash benchmarks/run_gpu.sh
-#   SAGE_TESTS   pytest selection (default: test -m gpu), SAGE_BENCHES (default: bench_prologue bench_attention)
+#   SAGE_TESTS   pytest selection (default: test, the whole suite, as README's test command runs it),
+#   SAGE_BENCHES (default: bench_prologue bench_attention)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -17,11 +18,12 @@ fi
 # all-MiniLM-L6-v2 in float16 (.minilm/, ignored; the package's wheel is over the machine's carry limit).
 [ -d .minilm ] && export PYTHONPATH=$PWD/.minilm${PYTHONPATH:+:$PYTHONPATH}
 t0=$(date +%s)
-TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
+TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install -v --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
   || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-timeout "$STEP" python3 -m pytest -q -p no:cacheprovider ${SAGE_TESTS:-test -m gpu} > "$OUT/gpu_tests.log" 2>&1
+timeout "$STEP" python3 -m pytest -q -p no:cacheprovider ${SAGE_TESTS:-test} > "$OUT/gpu_tests.log" 2>&1
 echo "tests exit: $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -30
+grep -E "^torch_sage setup:" "$OUT/build.log"
 for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
   timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
 done

@@ -1,4 +1,6 @@
-"""Compiles torch_sage's Triton kernels for an AMD target without a GPU and reports what the machine code uses.
+"""Compiles torch_sage's Triton prologue (the JIT-only alternate, SAGEATTN_SK1_PROLOGUE=triton) for an AMD target
+without a GPU and reports what the machine code uses. The kernels compiled ahead of time for the default path
+(attention, V quantization) are checked by test/test_aot_build.py.
 
 python test/amd_triton_compile.py [--arch gfx1201] [--quick]
 
@@ -111,37 +113,6 @@ def _quant_jobs(quick):
             "stride_h": sh, "stride_n": sn, "head_dim": d}
     small = {"CHUNKS": tq.MEAN_CHUNKS, "ROWS": 32, "DP": dp}
     jobs.append(("_column_sums_kernel", tq._column_sums_kernel, sums, small, 4, None, "fp16"))
-    amax = {"v_ptr": Ptr("fp16"), "part_ptr": Ptr("fp32"), **{k: v for k, v in sums.items() if k not in
-                                                                  ("x_ptr", "part_ptr")}}
-    jobs.append(("_channel_amax_kernel", tq._channel_amax_kernel, amax, small, 4, None, "fp16"))
-    qv = {"v_ptr": Ptr("fp16"), "out_ptr": Ptr("fp8e4nv"), "part_ptr": Ptr("fp32"), "scale_ptr": Ptr("fp32"),
-          "n_tokens": N, "n_blocks": N // 64, "heads": H, "stride_b": sb, "stride_h": sh, "stride_n": sn,
-          "ostride_b": sb, "ostride_h": sh, "ostride_n": sn, "head_dim": d}
-    jobs.append(("_quant_v_kernel", tq._quant_v_kernel, qv, {"CHUNKS": tq.MEAN_CHUNKS, "ROWS": 64, "DP": dp}, 4,
-                 None, "fp16"))
-    return jobs
-
-
-def _attention_jobs(arch, quick):
-    """The launch of triton_attention.qk_int8_attention_triton for [B, H, N, D] HND inputs, its own config table."""
-    from torch_sage import triton_attention as ta
-
-    cases = [(128, "fp16", False), (128, "fp8e4nv", False), (64, "bf16", False)]
-    if not quick:
-        cases += [(128, "bf16", False), (128, "fp16", True), (64, "fp16", False), (64, "fp8e4nv", False)]
-    jobs = []
-    for dp, vt, causal in cases:
-        fp8 = vt == "fp8e4nv"
-        bm, bn, warps, stages = ta._config(arch, dp, N, causal, fp8)
-        out_t = "fp16" if fp8 else vt
-        args = {"Q": Ptr("i8"), "QS": Ptr("fp32"), "K": Ptr("i8"), "KS": Ptr("fp32"), "V": Ptr(vt), "VS": Ptr("fp32"),
-                "O": Ptr(out_t), "LSE": Ptr("fp32"),
-                "stride_vb": H * N * dp, "stride_vh": N * dp, "stride_vn": dp, "stride_vd": 1,
-                "stride_ob": H * N * dp, "stride_oh": N * dp, "stride_on": dp,
-                "heads_q": H, "heads_kv": H, "qo_len": N, "kv_len": N, "nq_pad": N, "nk_pad": N}
-        const = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": dp, "HEAD_DIM_PAD": dp, "IS_CAUSAL": causal, "FP8": fp8,
-                 "EMULATE": False}
-        jobs.append(("_qk_int8_attn_fwd", ta._qk_int8_attn_fwd, args, const, warps, stages, vt))
     return jobs
 
 
@@ -152,10 +123,6 @@ def main():
     args = p.parse_args()
     target = GPUTarget("hip", args.arch, 32 if args.arch.startswith(("gfx10", "gfx11", "gfx12")) else 64)
     jobs, skipped = _quant_jobs(args.quick), []
-    try:
-        jobs += _attention_jobs(args.arch, args.quick)
-    except ImportError as e:  # the attention kernel is not in every checkout yet
-        skipped.append(f"torch_sage.triton_attention: {e}")
     kernels = []
     for name, fn, kargs, const, warps, stages, dtype in jobs:
         asm, seconds = _compile(fn, kargs, const, target, warps, stages)

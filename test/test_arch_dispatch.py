@@ -153,8 +153,8 @@ class _OnGpu:
 
 @pytest.mark.parametrize("kernel,args", [
     (gpu_kernels._quant_qk_int8_triton, (_OnGpu(), _OnGpu(), "HND", 0.1, True)),
-    (gpu_kernels._quant_v_fp8, (_OnGpu(), "HND")),
-    (gpu_kernels._qk_int8_attention, (_OnGpu(), None, None, None, None, None, 1, "HND", False, torch.float16)),
+    (gpu_kernels._quant_v_fp8_triton, (_OnGpu(), "HND")),
+    (gpu_kernels._qk_int8_attention_triton, (_OnGpu(), None, None, None, None, None, 1, "HND", False, torch.float16)),
 ], ids=["quant_qk_int8_triton", "quant_v_fp8", "qk_int8_attention"])
 @pytest.mark.parametrize("gcn,match", [("gfx1200", "SAGEATTN_SK1_GFX1200=1"), ("gfx1100", "not supported")])
 def test_gpu_kernels_check_the_device_first(gpu, kernel, args, gcn, match):
@@ -196,3 +196,20 @@ def test_cpp_rule_matches_python(tmp_path):
     got = subprocess.run([str(tmp_path / "parity")], capture_output=True, text=True, timeout=60).stdout.splitlines()
     want = [arch.amd_refusal(gcn, env) or "<ok>" for gcn, env in PARITY_CASES]
     assert got == want
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_cpp_nvidia_rule_matches_python(tmp_path):
+    """nvidia_arch_refusal (C++, what the precompiled kernels' launcher applies) and arch.nvidia_refusal agree."""
+    cases = [(7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
+    (tmp_path / "nv.cpp").write_text(
+        '#include <cstdio>\n#include "gpu_arch.h"\n'
+        'int main() {\n' + "".join(
+            f'  {{ const std::string r = sage::nvidia_arch_refusal({a}, {b}); '
+            f'std::printf("%s\\n", r.empty() ? "<ok>" : r.c_str()); }}\n' for a, b in cases) + "}\n")
+    build = subprocess.run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "csrc" / "ops"),
+                            str(tmp_path / "nv.cpp"), "-o", str(tmp_path / "nv")], capture_output=True, text=True,
+                           timeout=120)
+    assert build.returncode == 0, build.stderr
+    got = subprocess.run([str(tmp_path / "nv")], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert got == [arch.nvidia_refusal(a, b) or "<ok>" for a, b in cases]

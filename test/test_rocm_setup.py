@@ -16,19 +16,34 @@ import torch
 from torch.utils import cpp_extension as ext
 
 ROOT = Path(__file__).resolve().parents[1]
+# The GPU host code that torch's hipify rewrites on ROCm (c10/cuda, ATen/cuda and CUDA driver names).
+HIPIFIED = ["csrc/ops/gpu_prologue_hip.cpp", "csrc/ops/gpu_triton_kernels_hip.cpp", "csrc/ops/gpu_triton_launch_hip.cpp"]
 
 
 def snapshot(root):
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def simulate(monkeypatch, backend):
-    """Makes torch look like a ROCm ("rocm"), CUDA ("cuda") or CPU-only (None) build to setup.py and cpp_extension."""
+def fake_cuda_toolkit(root, release="12.8", headers=True):
+    """A CUDA_HOME whose nvcc reports `release` (and, with headers, that has cuda_runtime_api.h)."""
+    (root / "bin").mkdir(parents=True)
+    nvcc = root / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.0'\n")
+    nvcc.chmod(0o755)
+    if headers:
+        (root / "include").mkdir()
+        (root / "include" / "cuda_runtime_api.h").write_text("")
+    return str(root)
+
+
+def simulate(monkeypatch, backend, cuda_home=None):
+    """Makes torch look like a ROCm ("rocm"), CUDA ("cuda") or CPU-only (None) build to setup.py and cpp_extension.
+    A CUDA torch (12.8) gets cuda_home as its toolkit."""
     monkeypatch.setattr(torch.version, "hip", "6.4.43482" if backend == "rocm" else None)
     monkeypatch.setattr(torch.version, "cuda", "12.8" if backend == "cuda" else None)
     monkeypatch.setattr(ext, "ROCM_HOME", "/opt/rocm" if backend == "rocm" else None)
     monkeypatch.setattr(ext, "IS_HIP_EXTENSION", backend == "rocm")
-    monkeypatch.setattr(ext, "CUDA_HOME", "/usr/local/cuda" if backend == "cuda" else None)
+    monkeypatch.setattr(ext, "CUDA_HOME", cuda_home if backend == "cuda" else None)
 
 
 def run_setup(tree, monkeypatch):
@@ -63,10 +78,10 @@ def test_rocm_branch_leaves_csrc_hip_alone(tree, monkeypatch):
     assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.hip"]
     assert not any(s.endswith(".cu") for s in sources)
     assert str(tree / "csrc" / "hip") in extension.include_dirs
-    # Nothing existing was rewritten; the one new file is the hipified GPU host code beside its original.
+    # Nothing existing was rewritten; the new files are the hipified GPU host code beside its originals.
     assert {k: v for k, v in after.items() if k in before} == before
-    assert sorted(set(after) - set(before)) == ["csrc/ops/gpu_prologue_hip.cpp"]
-    assert "csrc/ops/gpu_prologue_hip.cpp" in sources and "csrc/ops/gpu_prologue.cpp" not in sources
+    assert sorted(set(after) - set(before)) == HIPIFIED
+    assert set(HIPIFIED) <= set(sources) and "csrc/ops/gpu_prologue.cpp" not in sources
     cpu = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc" / "ops").glob("*.cpp")
                  if not p.name.startswith("gpu_"))
     assert set(cpu) <= set(sources)
@@ -90,17 +105,17 @@ def test_rocm_branch_is_idempotent(tree, monkeypatch):
     first = snapshot(tree)
     extension, _ = run_setup(tree, monkeypatch)
     assert snapshot(tree) == first
-    assert sorted(s for s in extension.sources if "_hip" in s) == ["csrc/ops/gpu_prologue_hip.cpp"]
+    assert sorted(s for s in extension.sources if "_hip" in s) == HIPIFIED
 
 
 def test_cuda_branch_compiles_the_cu_wrappers(tree, monkeypatch):
-    simulate(monkeypatch, "cuda")
+    simulate(monkeypatch, "cuda", fake_cuda_toolkit(tree / "cuda"))
     before = snapshot(tree)
     extension, env = run_setup(tree, monkeypatch)
     after = snapshot(tree)
     sources = sorted(extension.sources)
     assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.cu"]
-    assert "csrc/ops/gpu_prologue.cpp" in sources
+    assert {"csrc/ops/gpu_prologue.cpp", "csrc/ops/gpu_triton_kernels.cpp", "csrc/ops/gpu_triton_launch.cpp"} <= set(sources)
     assert after == before  # no hipify on CUDA
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0"
     for cu in (ROOT / "csrc" / "hip").glob("*.cu"):  # each X.cu is the one-line include of X.hip
@@ -114,6 +129,34 @@ def test_cpu_branch_has_no_gpu_sources(tree, monkeypatch):
     after = snapshot(tree)
     assert not any("gpu_" in s or s.startswith("csrc/hip/") for s in extension.sources)
     assert after == before
+
+
+@pytest.mark.parametrize("toolkit,why", [
+    (dict(release="13.0"), "is CUDA 13 but torch is built for CUDA 12.8"),
+    (dict(headers=False), "has no CUDA headers"),
+    (None, "no CUDA toolkit found"),
+])
+def test_cuda_torch_without_a_usable_toolkit_builds_cpu_code(tree, monkeypatch, capsys, toolkit, why):
+    """A CUDA torch whose toolkit is missing or of another CUDA major gets the CPU extension and one line why."""
+    simulate(monkeypatch, "cuda", None if toolkit is None else fake_cuda_toolkit(tree / "cuda", **toolkit))
+    extension, _ = run_setup(tree, monkeypatch)
+    assert not any("gpu_" in s or s.startswith("csrc/hip/") for s in extension.sources)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("torch_sage setup:")]
+    assert len(lines) == 1 and why in lines[0] and "CPU extension only" in lines[0], lines
+
+
+def test_build_variable_forces_either_build(tree, monkeypatch):
+    simulate(monkeypatch, "cuda", fake_cuda_toolkit(tree / "cuda"))
+    monkeypatch.setenv("TORCH_SAGE_BUILD", "cpu")
+    extension, _ = run_setup(tree, monkeypatch)
+    assert not any("gpu_" in s for s in extension.sources)
+    monkeypatch.setenv("TORCH_SAGE_BUILD", "gpu")
+    monkeypatch.setattr(ext, "CUDA_HOME", None)
+    with pytest.raises(SystemExit, match="TORCH_SAGE_BUILD=gpu, but no CUDA toolkit found"):
+        run_setup(tree, monkeypatch)
+    monkeypatch.setenv("TORCH_SAGE_BUILD", "yes")
+    with pytest.raises(SystemExit, match="TORCH_SAGE_BUILD must be"):
+        run_setup(tree, monkeypatch)
 
 
 @pytest.mark.parametrize("arch", ["gfx1201", "gfx1200"])

@@ -60,8 +60,8 @@ def _to_16bit(x, dtype: tl.constexpr, EMULATE: tl.constexpr):
 @triton.jit
 def _attn_inner(acc, l_i, m_i, q, q_scale,
                 k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
-                offs_m, offs_n, offs_d, kv_len, lo, hi,
-                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                offs_m, offs_n, offs_d, kv_len, head_dim, lo, hi,
+                BLOCK_N: tl.constexpr, KBLK: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASK_D: tl.constexpr,
                 MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, EMULATE: tl.constexpr):
     """Key blocks [lo, hi): MASKED=False for blocks wholly inside kv_len and below the causal diagonal."""
     if FP8:
@@ -77,21 +77,21 @@ def _attn_inner(acc, l_i, m_i, q, q_scale,
             k = tl.load(k_ptrs, mask=keys[:, None] < kv_len, other=0)
         else:
             k = tl.load(k_ptrs)
-        # k_scale per key: one scale per BLOCK_K keys.
-        if BLOCK_N <= 64:
-            ks = tl.load(ks_head + start_n // 64)
+        # k_scale per key: one scale per KBLK keys.
+        if BLOCK_N <= KBLK:
+            ks = tl.load(ks_head + start_n // KBLK)
             scale = q_scale * ks
         else:
             if MASKED:
-                ks = tl.load(ks_head + keys // 64, mask=keys < kv_len, other=0.0)
+                ks = tl.load(ks_head + keys // KBLK, mask=keys < kv_len, other=0.0)
             else:
-                ks = tl.load(ks_head + keys // 64)
+                ks = tl.load(ks_head + keys // KBLK)
             scale = (q_scale * ks)[None, :]
         qk = tl.dot(q, tl.trans(k), out_dtype=tl.int32)
         # Scores in base 2, s = qk * scale. Scales are amax / 127 >= 0 (or NaN for a non-finite block, which
         # makes the rows NaN either way), so the row max of s is the row max of qk times the scale.
         # In fast mode P is produced already multiplied by 448 (= 2^P_SHIFT) and l sums it that way too.
-        if BLOCK_N <= 64 and not MASKED:
+        if BLOCK_N <= KBLK and not MASKED:
             # One scale per tile: the row max is taken on the int32 products (exact), then exp2(qk*scale - m)
             # is one FMA per score.
             m_new = tl.maximum(m_i, tl.max(qk, 1).to(tl.float32) * scale)
@@ -111,15 +111,15 @@ def _attn_inner(acc, l_i, m_i, q, q_scale,
 
         v_ptrs = v_head + start_n.to(tl.int64) * stride_vn + v_offs
         if MASKED:
-            if HEAD_DIM == HEAD_DIM_PAD:
+            if MASK_D:
+                v = tl.load(v_ptrs, mask=(keys[:, None] < kv_len) & (offs_d[None, :] < head_dim), other=0.0)
+            else:
                 v = tl.load(v_ptrs, mask=keys[:, None] < kv_len, other=0.0)
-            else:
-                v = tl.load(v_ptrs, mask=(keys[:, None] < kv_len) & (offs_d[None, :] < HEAD_DIM), other=0.0)
         else:
-            if HEAD_DIM == HEAD_DIM_PAD:
-                v = tl.load(v_ptrs)
+            if MASK_D:
+                v = tl.load(v_ptrs, mask=offs_d[None, :] < head_dim, other=0.0)
             else:
-                v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+                v = tl.load(v_ptrs)
         if FP8:
             # Fresh accumulator per key block, added in float32: Hopper's fp8 wgmma accumulates with reduced
             # precision, so it never sums more than BLOCK_N products (SageAttention2's two-level accumulation).
@@ -135,15 +135,16 @@ def _attn_inner(acc, l_i, m_i, q, q_scale,
 
 @triton.jit
 def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
-                      stride_vb, stride_vh, stride_vn, stride_vd,
+                      stride_vb, stride_vh, stride_vn,
                       stride_ob, stride_oh, stride_on,
-                      heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                      heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad, head_dim,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QBLK: tl.constexpr, KBLK: tl.constexpr,
+                      HEAD_DIM_PAD: tl.constexpr, MASK_D: tl.constexpr,
                       IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, EMULATE: tl.constexpr):
-    # V is addressed through (stride_vn, stride_vd). The wrapper has stride_vd == 1 (V [.., N, D]); a V stored
-    # [B, Hkv, D, N] (stride_vn == 1) also works and is what Hopper's fp8 wgmma wants (K-major B operand):
-    # with [.., N, D] fp8 V Triton transposes each tile through registers into shared memory (no cp.async).
+    # The same source is JIT-compiled (the Triton fallback) and compiled ahead of time (torch_sage/aot_build.py;
+    # the argument list there is this one). head_dim is a run-time value so one image serves every head_dim of a
+    # padded size; MASK_D=False (head_dim == HEAD_DIM_PAD) drops the column masks. V's last dimension is
+    # contiguous. QBLK / KBLK: tokens per q / k scale (the prologue's blocks).
     # grid (query tiles, heads_q, batch): CUDA limits the y and z dimensions to 65535.
     pid_m = tl.program_id(0)
     if IS_CAUSAL:
@@ -163,13 +164,13 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
     q_ptrs = Q + (bh * nq_pad + start_m) * HEAD_DIM_PAD \
         + tl.arange(0, BLOCK_M)[:, None] * HEAD_DIM_PAD + offs_d[None, :]
     q = tl.load(q_ptrs)
-    q_scale = tl.load(QS + bh * (nq_pad // 128) + start_m // 128)  # BLOCK_M <= 128: one scale per tile
+    q_scale = tl.load(QS + bh * (nq_pad // QBLK) + start_m // QBLK)  # BLOCK_M <= QBLK: one scale per tile
 
     k_head = K + bhk * nk_pad * HEAD_DIM_PAD
-    ks_head = KS + bhk * (nk_pad // 64)
+    ks_head = KS + bhk * (nk_pad // KBLK)
     v_head = V + b * stride_vb + hk * stride_vh
     k_offs = offs_n[:, None] * HEAD_DIM_PAD + offs_d[None, :]
-    v_offs = offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # stride_vd == 1 (or stride_vn == 1)
+    v_offs = offs_n[:, None] * stride_vn + offs_d[None, :]
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -185,17 +186,17 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
         hi = kv_len
         lo_masked = kv_full
     acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, q_scale, k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
-                                offs_m, offs_n, offs_d, kv_len, 0, lo_masked,
-                                BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, IS_CAUSAL, FP8, EMULATE)
+                                offs_m, offs_n, offs_d, kv_len, head_dim, 0, lo_masked,
+                                BLOCK_N, KBLK, HEAD_DIM_PAD, MASK_D, False, IS_CAUSAL, FP8, EMULATE)
     acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, q_scale, k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
-                                offs_m, offs_n, offs_d, kv_len, lo_masked, hi,
-                                BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, IS_CAUSAL, FP8, EMULATE)
+                                offs_m, offs_n, offs_d, kv_len, head_dim, lo_masked, hi,
+                                BLOCK_N, KBLK, HEAD_DIM_PAD, MASK_D, True, IS_CAUSAL, FP8, EMULATE)
 
     # Epilogue. l_i == 0 only when the row saw no key (kv_len == 0): out 0, lse -inf.
     empty = l_i == 0.0
     inv_l = 1.0 / tl.where(empty, 1.0, l_i)
     if FP8:
-        vs = tl.load(VS + bhk * HEAD_DIM + offs_d, mask=offs_d < HEAD_DIM, other=0.0)
+        vs = tl.load(VS + bhk * head_dim + offs_d, mask=offs_d < head_dim, other=0.0)
         out = acc * vs[None, :] * inv_l[:, None]  # l sums p * 448: acc * v_scale / 448 / l
     else:
         out = acc * inv_l[:, None]
@@ -208,7 +209,11 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
     tl.store(LSE + bh * qo_len + offs_m, lse, mask=row_ok)
     o_ptrs = O + b * stride_ob + h * stride_oh + start_m.to(tl.int64) * stride_on \
         + tl.arange(0, BLOCK_M)[:, None] * stride_on + offs_d[None, :]
-    tl.store(o_ptrs, _to_16bit(out, O.dtype.element_ty, EMULATE), mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+    if MASK_D:
+        o_mask = row_ok[:, None] & (offs_d[None, :] < head_dim)
+    else:
+        o_mask = row_ok[:, None]
+    tl.store(o_ptrs, _to_16bit(out, O.dtype.element_ty, EMULATE), mask=o_mask)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -220,26 +225,39 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
 #   gfx1201 (wave32 WMMA): Dp=64 (64, 64, 8, 2) 153-182 VGPRs; Dp=128 (64, 32, 4, 2) 220-236 fp16 V,
 #          (64, 32, 8, 2) 228-230 fp8 V; Dp=256 (64, 32, 8, 1) 219-249; larger tiles spill.
 
-def _config(arch: str, head_dim_pad: int, kv_len: int, is_causal: bool, fp8: bool) -> Tuple[int, int, int, int]:
+def _config(arch: str, head_dim_pad: int, fp8: bool, aligned: bool = True) -> Tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for an arch ("sm_90", "sm_80", "gfx1201", ...).
 
-    BLOCK_M is 128 or 64 (one q scale per tile); BLOCK_N divides 64 or is 128 (k scale per key).
+    aligned: head_dim equals head_dim_pad and V's and out's rows are 16-byte aligned (``fast_variant``); otherwise
+    V goes through registers with masks, and the entries below are the ones that compile without spills.
+    BLOCK_M divides BLOCK_Q (one q scale per tile); BLOCK_N divides BLOCK_K or is a multiple of it. The same
+    entry serves every length (num_stages only pipelines; a single key block runs it too), so the kernels
+    compiled ahead of time (torch_sage/aot_build.py) are the ones the JIT would build.
     """
     if arch in ("sm_90", "sm_90a"):  # Hopper (H100/H200): wgmma, 227 KiB shared memory
         # Measured (F6): Dp=128 fp16/bf16 V 588 TOPS with 4 warps against 511 with 8; fp8 V best with 8 warps.
-        cfg = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3) if fp8 else (128, 64, 4, 3),
-               256: (64, 64, 8, 2)}[head_dim_pad]
-    elif arch.startswith("sm_"):  # other NVIDIA: mma.sync (Ampere/Ada, ~100 KiB shared memory) or Blackwell
-        cfg = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)}[head_dim_pad]  # TO BE MEASURED
-    elif arch.startswith("gfx12"):  # RDNA4: wave32 WMMA, 64 KiB LDS per workgroup
+        if not aligned and head_dim_pad >= 128:  # unmeasured; the aligned entries spill here
+            return (128, 64, 8, 3) if head_dim_pad == 128 else (64, 32, 8, 2)
+        return {64: (128, 64, 8, 3), 128: (128, 64, 8, 3) if fp8 else (128, 64, 4, 3),
+                256: (64, 64, 8, 2)}[head_dim_pad]
+    if arch.startswith("sm_"):  # other NVIDIA: mma.sync (Ampere/Ada, ~100 KiB shared memory) or Blackwell
+        return {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)}[head_dim_pad]  # TO BE MEASURED
+    if arch.startswith("gfx12"):  # RDNA4: wave32 WMMA, 64 KiB LDS per workgroup
         # TO BE MEASURED
-        cfg = {64: (64, 64, 8, 2), 128: (64, 32, 8 if fp8 else 4, 2), 256: (64, 32, 8, 1)}[head_dim_pad]
-    else:  # unknown arch (and TRITON_INTERPRET runs on CPU): conservative
-        cfg = (64, 64, 4, 2)
-    bm, bn, warps, stages = cfg
-    if kv_len <= 64:  # a single key block: nothing to pipeline
-        bn, stages = min(bn, 64), min(stages, 2)
-    return bm, bn, warps, stages
+        if not aligned and head_dim_pad >= 128:
+            return (64, 32, 8, 2) if head_dim_pad == 128 else (32, 32, 8, 1)
+        return {64: (64, 64, 8, 2), 128: (64, 32, 8 if fp8 else 4, 2), 256: (64, 32, 8, 1)}[head_dim_pad]
+    return (64, 64, 4, 2)  # unknown arch (and TRITON_INTERPRET runs on CPU): conservative
+
+
+def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad: int, hnd: bool) -> bool:
+    """head_dim == head_dim_pad, V's and out's rows 16-byte aligned and their strides 32-bit: the kernel variant
+    without head_dim masks, with divisibility hints (the C++ launcher of the precompiled kernels applies the same
+    rule)."""
+    def strides(t):
+        return (t.stride(0), t.stride(1), t.stride(2)) if hnd else (t.stride(0), t.stride(2), t.stride(1))
+    return (head_dim == head_dim_pad and v.data_ptr() % 16 == 0
+            and all(s % 16 == 0 and s < 2**31 for s in strides(v) + strides(out)))
 
 
 def _device_arch(device: torch.device) -> str:
@@ -298,9 +316,12 @@ def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, hnd, out_d
 
 def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor,
                              k_scale: torch.Tensor, v: torch.Tensor, v_scale: Optional[torch.Tensor],
-                             qo_len: int, tensor_layout: str, is_causal: bool,
-                             out_dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """sage::qk_int8_attention in Triton: returns (out in tensor_layout, lse float32 [B, Hq, qo_len])."""
+                             qo_len: int, tensor_layout: str, is_causal: bool, out_dtype: torch.dtype,
+                             config: Optional[Tuple[int, int, int, int]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """sage::qk_int8_attention in Triton: returns (out in tensor_layout, lse float32 [B, Hq, qo_len]).
+
+    config: (BLOCK_M, BLOCK_N, num_warps, num_stages) instead of the table's (benchmarks/sweep_attention_configs.py).
+    """
     if tensor_layout not in ("HND", "NHD"):
         raise ValueError(f'tensor_layout must be "HND" or "NHD", got {tensor_layout!r}')
     hnd = tensor_layout == "HND"
@@ -312,22 +333,24 @@ def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8
     lse = torch.empty((b, hq, qo_len), dtype=torch.float32, device=v.device)
     if lse.numel() == 0:
         return out, lse
-    if hnd:
-        s_vb, s_vh, s_vn = v.stride(0), v.stride(1), v.stride(2)
-        s_ob, s_oh, s_on = out.stride(0), out.stride(1), out.stride(2)
-    else:
-        s_vb, s_vh, s_vn = v.stride(0), v.stride(2), v.stride(1)
-        s_ob, s_oh, s_on = out.stride(0), out.stride(2), out.stride(1)
-    block_m, block_n, num_warps, num_stages = _config(_device_arch(v.device), dp, kv_len, is_causal, fp8)
-    if s_vn * block_n >= 2**31:  # tile offsets are 32-bit (block bases are 64-bit): repack a huge-strided v
+    def strides(t):
+        return (t.stride(0), t.stride(1), t.stride(2)) if hnd else (t.stride(0), t.stride(2), t.stride(1))
+
+    arch = _device_arch(v.device)
+    aligned = fast_variant(v, out, d, dp, hnd)
+    block_m, block_n, num_warps, num_stages = config or _config(arch, dp, fp8, aligned)
+    if strides(v)[2] * block_n >= 2**31:  # tile offsets are 32-bit (block bases are 64-bit): repack a huge-strided v
         v = v.contiguous()
-        s_vb, s_vh, s_vn = (v.stride(0), v.stride(1), v.stride(2)) if hnd else (v.stride(0), v.stride(2), v.stride(1))
+        aligned = fast_variant(v, out, d, dp, hnd)
+        block_m, block_n, num_warps, num_stages = config or _config(arch, dp, fp8, aligned)
+    (s_vb, s_vh, s_vn), (s_ob, s_oh, s_on) = strides(v), strides(out)
     grid = (triton.cdiv(qo_len, block_m), hq, b)
     _qk_int8_attn_fwd[grid](
         q_int8, q_scale, k_int8, k_scale, v, v_scale if fp8 else q_scale, out, lse,
-        s_vb, s_vh, s_vn, 1, s_ob, s_oh, s_on,
-        hq, hkv, qo_len, kv_len, q_int8.size(2), k_int8.size(2),
-        BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=d, HEAD_DIM_PAD=dp, IS_CAUSAL=bool(is_causal), FP8=fp8,
+        s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
+        hq, hkv, qo_len, kv_len, q_int8.size(2), k_int8.size(2), d,
+        BLOCK_M=block_m, BLOCK_N=block_n, QBLK=BLOCK_Q, KBLK=BLOCK_K, HEAD_DIM_PAD=dp, MASK_D=not aligned,
+        IS_CAUSAL=bool(is_causal), FP8=fp8,
         EMULATE=not isinstance(_qk_int8_attn_fwd, triton.runtime.JITFunction),  # TRITON_INTERPRET: _round_rne
         num_warps=num_warps, num_stages=num_stages)
     return out, lse

@@ -8,7 +8,17 @@ BLOCK_Q = 128
 BLOCK_K = 64
 MEAN_CHUNKS = 16  # token chunks whose float64 partial sums make the key mean
 LOG2E = 1.4426950408889634
-FP8_MAX = 448.0
+V_AMAX_ROWS = 32  # tokens per step of the channel-amax kernel
+V_QUANT_ROWS = 64  # tokens per program of the V quantization kernel
+
+
+def padded_head_dim(d):
+    return 64 if d <= 64 else (128 if d <= 128 else 256)
+
+
+def v_quant_warps(dp):
+    """Warps of the two V kernels: 8 at a padded head_dim of 256, whose 64-token tile spills with 4."""
+    return 8 if dp == 256 else 4
 
 
 @triton.jit
@@ -109,7 +119,7 @@ def quant_qk_int8_triton(q, k, tensor_layout, sm_scale, smooth_k):
     """The prologue op (same outputs as torch.ops.sage.quant_qk_int8) with Triton kernels."""
     (b, hq, nq, d), _ = _bhnd(q, tensor_layout)
     (_, hk, nk, _), _ = _bhnd(k, tensor_layout)
-    dp = 64 if d <= 64 else (128 if d <= 128 else 256)
+    dp = padded_head_dim(d)
     nq_pad, nk_pad = triton.cdiv(nq, BLOCK_Q) * BLOCK_Q, triton.cdiv(nk, BLOCK_K) * BLOCK_K
     q_int8 = torch.empty((b, hq, nq_pad, dp), dtype=torch.int8, device=q.device)
     q_scale = torch.empty((b, hq, nq_pad // BLOCK_Q), dtype=torch.float32, device=q.device)
@@ -169,18 +179,20 @@ def _quant_v_kernel(v_ptr, out_ptr, part_ptr, scale_ptr, n_tokens, n_blocks, hea
 
 
 def quant_v_fp8_triton(v, tensor_layout):
-    """Per-channel e4m3 V (same outputs as torch.ops.sage.quant_v_fp8): two launches."""
+    """Per-channel e4m3 V (same outputs as torch.ops.sage.quant_v_fp8): two launches. The C++ launcher of the
+    precompiled kernels (csrc/ops/gpu_triton_kernels.cpp) makes the same two launches."""
     (b, h, n, d), (sb, sh, sn) = _bhnd(v, tensor_layout)
     v_fp8 = torch.empty(v.shape, dtype=torch.float8_e4m3fn, device=v.device)
     v_scale = torch.empty((b, h, d), dtype=torch.float32, device=v.device)
     if b * h == 0:
         return v_fp8, v_scale
     _, (ob, oh, on) = _bhnd(v_fp8, tensor_layout)
-    dp = triton.next_power_of_2(d)
+    dp = padded_head_dim(d)
     parts = torch.empty((b * h, MEAN_CHUNKS, dp), dtype=torch.float32, device=v.device)
-    _channel_amax_kernel[(MEAN_CHUNKS, b * h)](v, parts, n, h, sb, sh, sn, d, CHUNKS=MEAN_CHUNKS, ROWS=32, DP=dp)
-    rows = 64
-    n_blocks = max(1, triton.cdiv(n, rows))
+    _channel_amax_kernel[(MEAN_CHUNKS, b * h)](v, parts, n, h, sb, sh, sn, d, CHUNKS=MEAN_CHUNKS, ROWS=V_AMAX_ROWS,
+                                               DP=dp, num_warps=v_quant_warps(dp), num_stages=3)
+    n_blocks = max(1, triton.cdiv(n, V_QUANT_ROWS))
     _quant_v_kernel[(b * h * n_blocks,)](v, v_fp8, parts, v_scale, n, n_blocks, h, sb, sh, sn, ob, oh, on, d,
-                                         CHUNKS=MEAN_CHUNKS, ROWS=rows, DP=dp, num_warps=4)
+                                         CHUNKS=MEAN_CHUNKS, ROWS=V_QUANT_ROWS, DP=dp, num_warps=v_quant_warps(dp),
+                                         num_stages=3)
     return v_fp8, v_scale

@@ -42,6 +42,14 @@ inline std::string amd_arch_refusal(const std::string& gcn_arch_name, const char
          "SAGEATTN_SK1_GFX1200=1, gfx1200 (RX 9060 / 9060 XT). Other devices: use the CPU.";
 }
 
+// Empty when torch_sage runs on an NVIDIA GPU of compute capability major.minor, else the error message
+// (the rule of torch_sage/arch.py nvidia_refusal).
+inline std::string nvidia_arch_refusal(int major, int minor) {
+  if (major >= 8) return "";
+  return "sage: NVIDIA GPU sm_" + std::to_string(major) + std::to_string(minor) +
+         " is not supported: torch_sage's GPU kernels need sm_80 (Ampere) or newer. Other devices: use the CPU.";
+}
+
 #if defined(USE_ROCM)
 // The gcnArchName of GPU `index` ("gfx1201:sramecc-:xnack-"), read once per device.
 inline std::string gcn_arch_name(c10::DeviceIndex index) {

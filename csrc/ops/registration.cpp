@@ -10,8 +10,9 @@ extern "C" PyObject* PyInit__C(void) {
 }
 
 namespace {
-constexpr const char* kOps[] = {"quant_qk_int8", "_quant_qk_int8_triton", "quant_v_fp8", "qk_int8_attention",
-                                "attention", "attention_with_lse"};
+constexpr const char* kOps[] = {"quant_qk_int8",     "_quant_qk_int8_triton", "quant_v_fp8",
+                                "_quant_v_fp8_triton", "qk_int8_attention", "_qk_int8_attention_triton",
+                                "attention",         "attention_with_lse"};
 }
 
 TORCH_LIBRARY(sage, m) {
@@ -26,9 +27,16 @@ TORCH_LIBRARY(sage, m) {
       "(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor k_mean)");
   // Per-channel FP8 (e4m3) V for the fast mode.
   m.def("quant_v_fp8(Tensor v, str tensor_layout) -> (Tensor v_fp8, Tensor v_scale)");
+  // Triton's JIT for quant_v_fp8 / qk_int8_attention where the build precompiled no kernel (their GPU kernels
+  // are registered from Python: torch_sage/gpu_kernels.py).
+  m.def("_quant_v_fp8_triton(Tensor v, str tensor_layout) -> (Tensor v_fp8, Tensor v_scale)");
   // Attention on quantized inputs. v is float16/bfloat16 (accurate mode) or float8_e4m3fn with v_scale (fast mode).
   m.def(
       "qk_int8_attention(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
+      "Tensor? v_scale, SymInt qo_len, str tensor_layout, bool is_causal, ScalarType out_dtype) -> "
+      "(Tensor out, Tensor lse)");
+  m.def(
+      "_qk_int8_attention_triton(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
       "Tensor? v_scale, SymInt qo_len, str tensor_layout, bool is_causal, ScalarType out_dtype) -> "
       "(Tensor out, Tensor lse)");
   // The whole call, as users make it.

@@ -1,0 +1,236 @@
+// CUDA/HIP kernels of sage::qk_int8_attention and sage::quant_v_fp8: tensors -> the arguments of the Triton
+// kernels compiled at build time (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build
+// did not precompile (another GPU arch, or a specialization outside the set) runs through Triton's JIT instead:
+// the sage::_*_triton ops, registered from Python (torch_sage/gpu_kernels.py), after a one-time warning.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attention_kernel.h"
+#include "common.h"
+#include "gpu_arch.h"
+#include "triton_images.h"
+
+namespace sage {
+namespace {
+
+// The arch string of the image table: "sm_90" (compute capability) or "gfx1201" (gcnArchName before ':').
+// Also refuses GPUs torch_sage does not run on, with the messages of torch_sage/arch.py.
+std::string gpu_arch(const c10::Device& device) {
+#if defined(USE_ROCM)
+  check_amd_arch(device);
+  const std::string name = gcn_arch_name(device.index());
+  return name.substr(0, name.find(':'));
+#else
+  static std::mutex mutex;
+  static std::vector<std::string> archs;  // per device index, read once
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto index = static_cast<size_t>(device.index());
+  if (index >= archs.size()) archs.resize(index + 1);
+  if (archs[index].empty()) {
+    int major = 0, minor = 0;
+    TORCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index()) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index()) == cudaSuccess,
+                "sage: cannot read the compute capability of ", device);
+    const std::string refusal = nvidia_arch_refusal(major, minor);
+    TORCH_CHECK(refusal.empty(), refusal);
+    archs[index] = "sm_" + std::to_string(major) + std::to_string(minor);
+  }
+  return archs[index];
+#endif
+}
+
+const char* triton_type(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return "fp16";
+    case at::kBFloat16: return "bf16";
+    case at::kFloat: return "fp32";
+    case at::kFloat8_e4m3fn: return "fp8e4nv";
+    default: TORCH_CHECK(false, "sage: no Triton kernel takes ", t);
+  }
+}
+
+// Twins of attention_key / vquant_key in torch_sage/aot_build.py.
+std::string attention_key(int64_t head_dim_pad, bool causal, const char* v, const char* out, bool fast) {
+  return "attn/d" + std::to_string(head_dim_pad) + "/c" + (causal ? "1" : "0") + "/v" + v + "/o" + out +
+         (fast ? "/fast" : "/any");
+}
+std::string vquant_key(const char* kernel, int64_t head_dim_pad, const char* v) {
+  return std::string(kernel) + "/d" + std::to_string(head_dim_pad) + "/v" + v;
+}
+
+void warn_jit(const std::string& arch, const std::string& key) {
+  const bool arch_built = aot::has_arch(arch);
+  const char* var =
+#if defined(USE_ROCM)
+      "PYTORCH_ROCM_ARCH";
+#else
+      "TORCH_CUDA_ARCH_LIST";
+#endif
+  if (arch_built) {
+    TORCH_WARN_ONCE("sage: no precompiled Triton kernel for ", key, " on ", arch,
+                    " (a specialization outside the built set): Triton compiles it on first use.");
+  } else {
+    TORCH_WARN_ONCE("sage: this torch_sage build has no precompiled kernels for ", arch,
+                    ": Triton compiles them on first use (seconds per kernel). Rebuild torch_sage with ", var,
+                    " naming this GPU (", arch, ") to precompile them.");
+  }
+}
+
+void run(const aot::Image& img, const c10::Device& device, const std::string& signature, int64_t gx, int64_t gy,
+         int64_t gz, void** args) {
+  TORCH_CHECK(gx <= std::numeric_limits<int32_t>::max() && gy <= 65535 && gz <= 65535,
+              "sage: launch grid (", gx, ", ", gy, ", ", gz, ") of ", img.key,
+              " exceeds the GPU's limits (y and z at most 65535)");
+  const std::string err = aot::launch(img, device.index(), signature, static_cast<unsigned>(gx),
+                                      static_cast<unsigned>(gy), static_cast<unsigned>(gz), args,
+                                      c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  TORCH_CHECK(err.empty(), "sage: ", err);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+int32_t as_i32(int64_t v, const char* what) {
+  TORCH_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), "sage: ", what, " ", v,
+              " does not fit the kernel's 32-bit argument");
+  return static_cast<int32_t>(v);
+}
+
+using AttentionOut = std::tuple<at::Tensor, at::Tensor>;
+
+AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8,
+                                   const at::Tensor& k_scale, const at::Tensor& v_in,
+                                   const std::optional<at::Tensor>& v_scale, c10::SymInt qo_len_sym,
+                                   c10::string_view layout_view, bool is_causal, at::ScalarType out_dtype) {
+  const std::string arch = gpu_arch(q_int8.device());  // a GPU torch_sage does not run on: its error first
+  const std::string layout(layout_view);
+  const int64_t qo_len = qo_len_sym.guard_int(__FILE__, __LINE__);
+  const AttentionArgs a =
+      check_attention_args(q_int8, q_scale, k_int8, k_scale, v_in, v_scale, qo_len, layout, is_causal, out_dtype);
+  const c10::cuda::CUDAGuard guard(q_int8.device());
+  auto [out, lse] = allocate_attention_out(a);
+  if (lse.numel() == 0) return {out, lse};
+  const int64_t dp = q_int8.size(3);
+  const char *vt = triton_type(a.v.scalar_type()), *ot = triton_type(out_dtype);
+
+  at::Tensor v = a.v;
+  HeadView hv = head_view(v, a.hnd);
+  const HeadView ho = head_view(out, a.hnd);
+  bool fast = false;
+  const auto pick = [&]() {
+    // "fast": no head_dim masks, 16-byte aligned V and out rows (triton_attention.py's fast_variant), and
+    // 32-bit strides (aot_build.py's _ATTN_TYPES).
+    constexpr int64_t kMax32 = std::numeric_limits<int32_t>::max();
+    fast = a.head_dim == dp && aligned16(v.const_data_ptr());
+    for (const int64_t s : {hv.stride_b, hv.stride_h, hv.stride_n, ho.stride_b, ho.stride_h, ho.stride_n}) {
+      fast = fast && s % 16 == 0 && s <= kMax32;
+    }
+    return attention_key(dp, is_causal, vt, ot, fast);
+  };
+  std::string key = pick();
+  const aot::Image* img = aot::find_image(arch, key);
+  if (img != nullptr && hv.stride_n * img->tile_n > std::numeric_limits<int32_t>::max()) {
+    // The kernel's tile offsets are 32-bit (block bases are 64-bit): repack a V with a huge token stride.
+    v = v.contiguous();
+    hv = head_view(v, a.hnd);
+    key = pick();
+    img = aot::find_image(arch, key);
+  }
+  if (img == nullptr) {
+    warn_jit(arch, key);
+    static auto jit = c10::Dispatcher::singleton()
+                          .findSchemaOrThrow("sage::_qk_int8_attention_triton", "")
+                          .typed<AttentionOut(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                              c10::SymInt, c10::string_view, bool, at::ScalarType)>();
+    return jit.call(q_int8, q_scale, k_int8, k_scale, a.v, v_scale, c10::SymInt(qo_len), layout, is_causal,
+                    out_dtype);
+  }
+  TORCH_CHECK(ho.stride_n * img->tile_m <= std::numeric_limits<int32_t>::max(),
+              "sage: the output's token stride ", ho.stride_n, " is too large for the kernel's 32-bit tile offsets");
+
+  // Arguments in the kernel's order (torch_sage/triton_attention.py::_qk_int8_attn_fwd; types: aot_build.py).
+  const void* p_q = q_int8.const_data_ptr();
+  const void* p_qs = q_scale.const_data_ptr();
+  const void* p_k = k_int8.const_data_ptr();
+  const void* p_ks = k_scale.const_data_ptr();
+  const void* p_v = v.const_data_ptr();
+  const void* p_vs = a.fp8 ? v_scale->const_data_ptr() : p_qs;  // unread in the accurate mode
+  void* p_o = out.data_ptr();
+  void* p_lse = lse.data_ptr();
+  int64_t s_vb = hv.stride_b, s_vh = hv.stride_h, s_ob = ho.stride_b, s_oh = ho.stride_h;  // "any": 64-bit
+  int32_t s_vb32 = static_cast<int32_t>(s_vb), s_vh32 = static_cast<int32_t>(s_vh);      // "fast": 32-bit
+  int32_t s_ob32 = static_cast<int32_t>(s_ob), s_oh32 = static_cast<int32_t>(s_oh);
+  int32_t s_vn = as_i32(hv.stride_n, "V's token stride"), s_on = as_i32(ho.stride_n, "the output's token stride");
+  int32_t heads_q = as_i32(a.heads_q, "heads"), heads_kv = as_i32(a.heads_k, "heads");
+  int32_t n_q = as_i32(a.qo_len, "qo_len"), n_k = as_i32(a.kv_len, "kv_len");
+  int32_t nq_pad = as_i32(q_int8.size(2), "qo_len"), nk_pad = as_i32(k_int8.size(2), "kv_len");
+  int32_t head_dim = static_cast<int32_t>(a.head_dim);
+  void* args[] = {&p_q, &p_qs, &p_k, &p_ks, &p_v, &p_vs, &p_o, &p_lse,
+                  fast ? static_cast<void*>(&s_vb32) : &s_vb, fast ? static_cast<void*>(&s_vh32) : &s_vh, &s_vn,
+                  fast ? static_cast<void*>(&s_ob32) : &s_ob, fast ? static_cast<void*>(&s_oh32) : &s_oh, &s_on,
+                  &heads_q, &heads_kv, &n_q, &n_k, &nq_pad, &nk_pad, &head_dim};
+  const char* bh = fast ? "i32" : "i64";  // batch/head strides
+  const std::string signature = std::string("*i8,*fp32,*i8,*fp32,*") + vt + ",*fp32,*" + ot + ",*fp32," + bh + "," +
+                                bh + ",i32," + bh + "," + bh + ",i32,i32,i32,i32,i32,i32,i32,i32";
+  run(*img, q_int8.device(), signature, (a.qo_len + img->tile_m - 1) / img->tile_m, a.heads_q, a.batch, args);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
+  const std::string arch = gpu_arch(v.device());
+  const std::string layout(layout_view);
+  const bool hnd = is_hnd_layout(layout);
+  check_input(v, "v", /*allow_fp32=*/false);
+  const c10::cuda::CUDAGuard guard(v.device());
+  const HeadView hv = head_view(v, hnd);
+  at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));
+  at::Tensor v_scale = at::empty({hv.batch, hv.heads, hv.dim}, v.options().dtype(at::kFloat));
+  if (hv.batch * hv.heads == 0) return {v_fp8, v_scale};
+  const int64_t dp = padded_head_dim(hv.dim);
+  const char* vt = triton_type(v.scalar_type());
+  const std::string amax_key = vquant_key("vamax", dp, vt), quant_key = vquant_key("vquant", dp, vt);
+  const aot::Image* amax = aot::find_image(arch, amax_key);
+  const aot::Image* quant = aot::find_image(arch, quant_key);
+  if (amax == nullptr || quant == nullptr) {
+    warn_jit(arch, amax == nullptr ? amax_key : quant_key);
+    static auto jit = c10::Dispatcher::singleton()
+                          .findSchemaOrThrow("sage::_quant_v_fp8_triton", "")
+                          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view)>();
+    return jit.call(v, layout);
+  }
+  // The two launches of torch_sage/triton_quant.py::quant_v_fp8_triton: per-chunk channel amax, then quantize.
+  const int64_t chunks = amax->tile_n, bh = hv.batch * hv.heads;
+  at::Tensor parts = at::empty({bh, chunks, dp}, v.options().dtype(at::kFloat));
+  const HeadView ho = head_view(v_fp8, hnd);
+  const void* p_v = v.const_data_ptr();
+  void* p_parts = parts.data_ptr();
+  void* p_out = v_fp8.data_ptr();
+  void* p_scale = v_scale.data_ptr();
+  int64_t n = hv.tokens, heads = hv.heads, sb = hv.stride_b, sh = hv.stride_h, sn = hv.stride_n, d = hv.dim;
+  int64_t ob = ho.stride_b, oh = ho.stride_h, on = ho.stride_n;
+  int64_t n_blocks = std::max<int64_t>(1, (n + quant->tile_m - 1) / quant->tile_m);
+  void* amax_args[] = {&p_v, &p_parts, &n, &heads, &sb, &sh, &sn, &d};
+  run(*amax, v.device(), std::string("*") + vt + ",*fp32,i64,i64,i64,i64,i64,i64", chunks, bh, 1, amax_args);
+  void* quant_args[] = {&p_v, &p_out, &p_parts, &p_scale, &n, &n_blocks, &heads, &sb, &sh, &sn, &ob, &oh, &on, &d};
+  run(*quant, v.device(), std::string("*") + vt + ",*fp8e4nv,*fp32,*fp32,i64,i64,i64,i64,i64,i64,i64,i64,i64,i64",
+      bh * n_blocks, 1, 1, quant_args);
+  return {v_fp8, v_scale};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sage, CUDA, m) {
+  m.impl("qk_int8_attention", &qk_int8_attention_gpu);
+  m.impl("quant_v_fp8", &quant_v_fp8_gpu);
+}
+
+}  // namespace sage
