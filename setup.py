@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import types
 
 import torch
@@ -138,14 +139,29 @@ def write_empty_table():
     return path
 
 
+def shared_libstdcxx():
+    """The compiler's libstdc++.so.6 as an explicit link input (Linux). A toolchain that links libstdc++ statically
+    (seen on the GPU machine's /opt/gcc g++: _C had no NEEDED libstdc++) gives _C its own copy of the stream
+    code next to torch's shared one, and formatting a number into an error message then crashed the process."""
+    if not sys.platform.startswith("linux"):
+        return []
+    cxx = (os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++").split()[0]
+    try:
+        path = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [path] if os.path.isabs(path) and os.path.exists(path) else []
+
+
 def extension(backend):
     cpu_sources = [p for p in rel("csrc/ops/*.cpp") if not os.path.basename(p).startswith("gpu_")]
     # at::parallel_for is an OpenMP loop in torch's headers: without -fopenmp it runs on one thread.
     # The C++ standard is torch's choice (BuildExtension adds it).
     cxx = ["-O3", "-fopenmp"]
+    link = ["-fopenmp"] + shared_libstdcxx()
     if backend is None:
-        return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx},
-                                extra_link_args=["-fopenmp"])
+        return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx}, extra_link_args=link)
     sources = cpu_sources + rel("csrc/ops/gpu_*.cpp")
     ops_dir, hip_dir = os.path.join(HERE, "csrc", "ops"), os.path.join(HERE, "csrc", "hip")
     if backend == "cuda":
@@ -156,7 +172,7 @@ def extension(backend):
             sources + rel("csrc/hip/*.cu"),
             include_dirs=[hip_dir, ops_dir],
             extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-lineinfo"]},
-            extra_link_args=["-fopenmp"],
+            extra_link_args=link,
         )
     os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")
     # On ROCm, CUDAExtension hipifies every source it is given, and the headers they include from their folder or
@@ -171,7 +187,7 @@ def extension(backend):
         "torch_sage._C",
         sources,
         extra_compile_args={"cxx": cxx, "nvcc": ["-O3"]},
-        extra_link_args=["-fopenmp"],
+        extra_link_args=link,
     )
     extension.sources += rel("csrc/hip/*.hip")
     extension.include_dirs += [hip_dir, ops_dir]
