@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_sage  # noqa: F401
-from torch_sage import arch, gpu_kernels
+from torch_sage import arch, triton_jit_ops
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = arch.GFX1200_OPT_IN
@@ -152,9 +152,9 @@ class _OnGpu:
 
 
 @pytest.mark.parametrize("kernel,args", [
-    (gpu_kernels._quant_qk_int8_triton, (_OnGpu(), _OnGpu(), "HND", 0.1, True)),
-    (gpu_kernels._quant_v_fp8_triton, (_OnGpu(), "HND")),
-    (gpu_kernels._qk_int8_attention_triton, (_OnGpu(), None, None, None, None, None, 1, "HND", False, torch.float16)),
+    (triton_jit_ops._quant_qk_int8_triton, (_OnGpu(), _OnGpu(), "HND", 0.1, True)),
+    (triton_jit_ops._quant_v_fp8_triton, (_OnGpu(), "HND")),
+    (triton_jit_ops._qk_int8_attention_triton, (_OnGpu(), None, None, None, None, None, 1, "HND", False, torch.float16)),
 ], ids=["quant_qk_int8_triton", "quant_v_fp8", "qk_int8_attention"])
 @pytest.mark.parametrize("gcn,match", [("gfx1200", "SAGEATTN_SK1_GFX1200=1"), ("gfx1100", "not supported")])
 def test_gpu_kernels_check_the_device_first(gpu, kernel, args, gcn, match):

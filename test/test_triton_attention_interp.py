@@ -28,7 +28,7 @@ _saved_interpret = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 try:
     _path = pathlib.Path(__file__).resolve().parents[1] / "torch_sage" / "triton_attention.py"
-    _spec = importlib.util.spec_from_file_location("_sage_triton_attention_interp", _path)
+    _spec = importlib.util.spec_from_file_location("torch_sage._triton_attention_interp", _path)  # package-relative imports resolve
     ta = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(ta)
 finally:
@@ -101,7 +101,7 @@ def test_matches_cpu_kernel(case):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("vdtype", [torch.float16, torch.float8_e4m3fn])
 def test_tile_configs(monkeypatch, cfg, causal, vdtype):
-    monkeypatch.setattr(ta, "_config", lambda *a: cfg)
+    monkeypatch.setattr(ta, "attention_config", lambda *a: cfg)
     args = _inputs(1, 1, 1, 260, 130, 64, "HND", vdtype, seed=cfg[1])
     _check(args, 260, "HND", causal, torch.float16)
     args = _inputs(1, 1, 1, 100, 260, 64, "NHD", vdtype, seed=cfg[0])

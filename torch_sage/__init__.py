@@ -7,7 +7,7 @@ import torch  # noqa: F401  (the extension links against torch: load it first)
 
 from . import _C  # noqa: F401  (registers torch.ops.sage.*)
 from . import ops  # noqa: F401  (fake kernels)
-from . import gpu_kernels  # noqa: F401  (Triton kernels of the GPU ops, imported lazily)
+from . import triton_jit_ops  # noqa: F401  (the ops Triton's JIT serves; Triton imported on first use)
 from .api import sageattn
 from .ops import attention, attention_with_lse
 from . import sdpa  # noqa: F401  (registers the "SAGE" flash-attention impl; activates nothing)

@@ -26,8 +26,8 @@ from triton.compiler import ASTSource
 
 from . import triton_attention as ta
 from . import triton_quant as tq
-
-HEAD_DIMS_PAD = (64, 128, 256)
+from .attention_configs import attention_config
+from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, HEAD_DIMS_PAD
 # (V dtype, out dtype) of the attention kernel: accurate mode (V is the 16-bit input; float32 inputs are computed
 # as bfloat16 with a float32 out) and fast mode (fp8 V).
 ATTENTION_DTYPES = (("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"),
@@ -90,9 +90,10 @@ def kernel_set(arch: str) -> List[Spec]:
                 for fast in (True, False):
                     types = {n: "i64" if n in _ATTN_ANY_I64 and not fast else t.format(v=v, o=o)
                              for n, t in _ATTN_TYPES.items()}
-                    bm, bn, warps, stages = ta._config(arch, dp, fp8, fast)
-                    const = {"BLOCK_M": bm, "BLOCK_N": bn, "QBLK": ta.BLOCK_Q, "KBLK": ta.BLOCK_K, "HEAD_DIM_PAD": dp,
-                             "MASK_D": not fast, "IS_CAUSAL": causal, "FP8": fp8, "EMULATE": False}
+                    bm, bn, warps, stages = attention_config(arch, dp, fp8, fast)
+                    const = {"BLOCK_M": bm, "BLOCK_N": bn, "QBLK": BLOCK_Q, "KBLK": BLOCK_K, "HEAD_DIM_PAD": dp,
+                             "MASK_D": not fast, "IS_CAUSAL": causal, "FP8": fp8, "P_SHIFT": ta.P_SHIFT_FP8 if fp8 else 0.0,
+                             "EMULATE": False}
                     aligned = _ATTN_ALIGNED + (_ATTN_FAST_ALIGNED if fast else ())
                     specs.append(Spec(attention_key(dp, causal, v, o, fast), "_qk_int8_attn_fwd", "ta", types, const,
                                       aligned, warps, stages, (bm, bn)))
@@ -102,7 +103,8 @@ def kernel_set(arch: str) -> List[Spec]:
                               {n: t.format(v=v) for n, t in _VAMAX_TYPES.items()}, {**small, "ROWS": tq.V_AMAX_ROWS},
                               ("part_ptr",), tq.v_quant_warps(dp), 3, (tq.V_AMAX_ROWS, tq.MEAN_CHUNKS)))
             specs.append(Spec(vquant_key("vquant", dp, v), "_quant_v_kernel", "tq",
-                              {n: t.format(v=v) for n, t in _VQUANT_TYPES.items()}, {**small, "ROWS": tq.V_QUANT_ROWS},
+                              {n: t.format(v=v) for n, t in _VQUANT_TYPES.items()},
+                              {**small, "ROWS": tq.V_QUANT_ROWS, "FP8_MAX": FP8_MAX},
                               _VQUANT_ALIGNED, tq.v_quant_warps(dp), 3, (tq.V_QUANT_ROWS, tq.MEAN_CHUNKS)))
     return specs
 

@@ -12,16 +12,22 @@
 The kernel orders its float32 sums differently from the CPU kernel (tile-wise dots, and key blocks of
 BLOCK_N tokens for the online softmax): results agree within rounding, not bit for bit.
 
-Configuration comes from a fixed table (``_config``), never from autotuning in the call path.
+Configuration comes from a fixed table (torch_sage/attention_configs.py), never from autotuning in the call path.
 """
+import math
 from typing import Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
-BLOCK_Q = 128  # query tokens per int8 scale block (docs/SEMANTICS.md)
-BLOCK_K = 64  # key tokens per int8 scale block
+from . import arch as _arch
+from .attention_configs import attention_config
+from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, MAX_HEAD_DIM, bhnd, bhnd_strides, layout_shape, padded_head_dim, \
+    round_up
+
+# Fast mode makes p * FP8_MAX as exp2(s - m + P_SHIFT); the kernels take P_SHIFT as a constexpr argument.
+P_SHIFT_FP8 = math.log2(FP8_MAX)
 
 
 @triton.jit
@@ -62,12 +68,9 @@ def _attn_inner(acc, l_i, m_i, q, q_scale,
                 k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
                 offs_m, offs_n, offs_d, kv_len, head_dim, lo, hi,
                 BLOCK_N: tl.constexpr, KBLK: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASK_D: tl.constexpr,
-                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, EMULATE: tl.constexpr):
+                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, P_SHIFT: tl.constexpr,
+                EMULATE: tl.constexpr):
     """Key blocks [lo, hi): MASKED=False for blocks wholly inside kv_len and below the causal diagonal."""
-    if FP8:
-        P_SHIFT: tl.constexpr = 8.807354922057604  # log2(448): p * 448 = exp2(s - m + log2(448))
-    else:
-        P_SHIFT: tl.constexpr = 0.0
     for start_n in tl.range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         keys = start_n + offs_n
@@ -140,7 +143,7 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
                       heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad, head_dim,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QBLK: tl.constexpr, KBLK: tl.constexpr,
                       HEAD_DIM_PAD: tl.constexpr, MASK_D: tl.constexpr,
-                      IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, EMULATE: tl.constexpr):
+                      IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, P_SHIFT: tl.constexpr, EMULATE: tl.constexpr):
     # The same source is JIT-compiled (the Triton fallback) and compiled ahead of time (torch_sage/aot_build.py;
     # the argument list there is this one). head_dim is a run-time value so one image serves every head_dim of a
     # padded size; MASK_D=False (head_dim == HEAD_DIM_PAD) drops the column masks. V's last dimension is
@@ -187,10 +190,10 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
         lo_masked = kv_full
     acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, q_scale, k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
                                 offs_m, offs_n, offs_d, kv_len, head_dim, 0, lo_masked,
-                                BLOCK_N, KBLK, HEAD_DIM_PAD, MASK_D, False, IS_CAUSAL, FP8, EMULATE)
+                                BLOCK_N, KBLK, HEAD_DIM_PAD, MASK_D, False, IS_CAUSAL, FP8, P_SHIFT, EMULATE)
     acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, q_scale, k_head, ks_head, v_head, k_offs, v_offs, stride_vn,
                                 offs_m, offs_n, offs_d, kv_len, head_dim, lo_masked, hi,
-                                BLOCK_N, KBLK, HEAD_DIM_PAD, MASK_D, True, IS_CAUSAL, FP8, EMULATE)
+                                BLOCK_N, KBLK, HEAD_DIM_PAD, MASK_D, True, IS_CAUSAL, FP8, P_SHIFT, EMULATE)
 
     # Epilogue. l_i == 0 only when the row saw no key (kv_len == 0): out 0, lse -inf.
     empty = l_i == 0.0
@@ -201,7 +204,7 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
     else:
         out = acc * inv_l[:, None]
     if FP8:
-        log2_l = tl.math.log2(tl.where(empty, 1.0, l_i)) - 8.807354922057604  # l sums p * 448
+        log2_l = tl.math.log2(tl.where(empty, 1.0, l_i)) - P_SHIFT  # l sums p * 448
     else:
         log2_l = tl.math.log2(tl.where(empty, 1.0, l_i))
     lse = tl.where(empty, float("-inf"), (m_i + log2_l) * 0.6931471805599453)  # ln(2)
@@ -216,66 +219,17 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
     tl.store(o_ptrs, _to_16bit(out, O.dtype.element_ty, EMULATE), mask=o_mask)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Configuration: (BLOCK_M, BLOCK_N, num_warps, num_stages). No autotuning in the call path.
-# sm_90 Dp=64/128 are measured on an H200 (docs/FINDINGS.md F6, benchmarks/sweep_attention_configs.py): best of
-# 3-7 candidates each at N=16384-17776, kernel only. Other entries were chosen from offline compiles (no spills;
-# register counts from ptxas / the amdgcn metadata) and are not measured yet:
-#   sm_90  Dp=256 (64, 64, 8, 2): 180-200 regs fp16/bf16 V, 233-252 fp8 V (BLOCK_M=128 spills with fp8 V).
-#   gfx1201 (wave32 WMMA): Dp=64 (64, 64, 8, 2) 153-182 VGPRs fp16/bf16 V, (64, 32, 8, 2) 116-162 fp8 V (with
-#          Triton 3.7 the (64, 64) tile spills for fp8 V and float32 out); Dp=128 (64, 32, 4, 2) 220-236 fp16 V,
-#          (64, 32, 8, 2) 228-249 fp8 V; Dp=256 (64, 32, 8, 1) 219-249; larger tiles spill. Checked with Triton
-#          3.6 and 3.7 (test/test_aot_build.py runs the check with the Triton CI installs).
-
-def _config(arch: str, head_dim_pad: int, fp8: bool, aligned: bool = True) -> Tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for an arch ("sm_90", "sm_80", "gfx1201", ...).
-
-    aligned: head_dim equals head_dim_pad and V's and out's rows are 16-byte aligned (``fast_variant``); otherwise
-    V goes through registers with masks, and the entries below are the ones that compile without spills.
-    BLOCK_M divides BLOCK_Q (one q scale per tile); BLOCK_N divides BLOCK_K or is a multiple of it. The same
-    entry serves every length (num_stages only pipelines; a single key block runs it too), so the kernels
-    compiled ahead of time (torch_sage/aot_build.py) are the ones the JIT would build.
-    """
-    if arch in ("sm_90", "sm_90a"):  # Hopper (H100/H200): wgmma, 227 KiB shared memory
-        # Measured (F6): Dp=128 fp16/bf16 V 588 TOPS with 4 warps against 511 with 8; fp8 V best with 8 warps.
-        if not aligned and head_dim_pad >= 128:  # unmeasured; the aligned entries spill here
-            return (128, 64, 8, 3) if head_dim_pad == 128 else (64, 32, 8, 2)
-        return {64: (128, 64, 8, 3), 128: (128, 64, 8, 3) if fp8 else (128, 64, 4, 3),
-                256: (64, 64, 8, 2)}[head_dim_pad]
-    if arch.startswith("sm_"):  # other NVIDIA: mma.sync (Ampere/Ada, ~100 KiB shared memory) or Blackwell
-        return {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 4, 2)}[head_dim_pad]  # TO BE MEASURED
-    if arch.startswith("gfx12"):  # RDNA4: wave32 WMMA, 64 KiB LDS per workgroup
-        # TO BE MEASURED
-        if not aligned and head_dim_pad >= 128:
-            return (64, 32, 8, 2) if head_dim_pad == 128 else (32, 32, 8, 1)
-        return {64: (64, 32 if fp8 else 64, 8, 2), 128: (64, 32, 8 if fp8 else 4, 2), 256: (64, 32, 8, 1)}[head_dim_pad]
-    return (64, 64, 4, 2)  # unknown arch (and TRITON_INTERPRET runs on CPU): conservative
-
-
-def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad: int, hnd: bool) -> bool:
+def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad: int, layout: str) -> bool:
     """head_dim == head_dim_pad, V's and out's rows 16-byte aligned and their strides 32-bit: the kernel variant
     without head_dim masks, with divisibility hints (the C++ launcher of the precompiled kernels applies the same
     rule)."""
     def strides(t):
-        return (t.stride(0), t.stride(1), t.stride(2)) if hnd else (t.stride(0), t.stride(2), t.stride(1))
+        return bhnd_strides(t.stride(), layout)
     return (head_dim == head_dim_pad and v.data_ptr() % 16 == 0
             and all(s % 16 == 0 and s < 2**31 for s in strides(v) + strides(out)))
 
 
-def _device_arch(device: torch.device) -> str:
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return "cpu"  # TRITON_INTERPRET runs
-    if getattr(torch.version, "hip", None):
-        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
-
-
-def _padded_head_dim(d: int) -> int:
-    return 64 if d <= 64 else (128 if d <= 128 else 256)
-
-
-def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, hnd, out_dtype):
+def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, layout, out_dtype):
     """The checks of check_attention_args (csrc/ops/attention.cpp); returns (B, Hq, Hkv, kv_len, D, fp8)."""
     if not (q_int8.dtype == torch.int8 and k_int8.dtype == torch.int8 and q_int8.dim() == 4 and k_int8.dim() == 4
             and q_int8.is_contiguous() and k_int8.is_contiguous()):
@@ -289,16 +243,16 @@ def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, hnd, out_d
         raise ValueError("qk_int8_attention_triton: v_scale must be given exactly when v is float8_e4m3fn")
     if out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"qk_int8_attention_triton: out_dtype must be float16, bfloat16 or float32, got {out_dtype}")
-    b, hkv, kv_len, d = v.shape if hnd else (v.shape[0], v.shape[2], v.shape[1], v.shape[3])
+    b, hkv, kv_len, d = bhnd(v.shape, layout)
     bq, hq, nq_pad, dp = q_int8.shape
-    if d > 256 or dp != _padded_head_dim(d) or k_int8.size(3) != dp:
+    if d > MAX_HEAD_DIM or dp != padded_head_dim(d) or k_int8.size(3) != dp:
         raise ValueError(f"qk_int8_attention_triton: int8 head_dim {dp}/{k_int8.size(3)} does not match v's "
                          f"head_dim {d}")
     if not (k_int8.size(0) == bq == b and k_int8.size(1) == hkv and hkv >= 1 and hq % hkv == 0):
         raise ValueError(f"qk_int8_attention_triton: batch/heads disagree: q_int8 {tuple(q_int8.shape)}, "
                          f"k_int8 {tuple(k_int8.shape)}, v {tuple(v.shape)}")
     nk_pad = k_int8.size(2)
-    if qo_len < 0 or nq_pad != -(-qo_len // BLOCK_Q) * BLOCK_Q or nk_pad != -(-kv_len // BLOCK_K) * BLOCK_K:
+    if qo_len < 0 or nq_pad != round_up(qo_len, BLOCK_Q) or nk_pad != round_up(kv_len, BLOCK_K):
         raise ValueError(f"qk_int8_attention_triton: qo_len {qo_len} / kv_len {kv_len} do not match the padded "
                          f"int8 lengths {nq_pad} / {nk_pad}")
     if not (q_scale.dtype == torch.float32 and k_scale.dtype == torch.float32 and q_scale.is_contiguous()
@@ -324,27 +278,24 @@ def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8
 
     config: (BLOCK_M, BLOCK_N, num_warps, num_stages) instead of the table's (benchmarks/sweep_attention_configs.py).
     """
-    if tensor_layout not in ("HND", "NHD"):
-        raise ValueError(f'tensor_layout must be "HND" or "NHD", got {tensor_layout!r}')
-    hnd = tensor_layout == "HND"
     qo_len = int(qo_len)
-    b, hq, hkv, kv_len, d, fp8 = _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, hnd, out_dtype)
+    b, hq, hkv, kv_len, d, fp8 = _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, tensor_layout,
+                                             out_dtype)
     dp = q_int8.size(3)
-    shape = (b, hq, qo_len, d) if hnd else (b, qo_len, hq, d)
-    out = torch.empty(shape, dtype=out_dtype, device=v.device)
+    out = torch.empty(layout_shape(b, hq, qo_len, d, tensor_layout), dtype=out_dtype, device=v.device)
     lse = torch.empty((b, hq, qo_len), dtype=torch.float32, device=v.device)
     if lse.numel() == 0:
         return out, lse
     def strides(t):
-        return (t.stride(0), t.stride(1), t.stride(2)) if hnd else (t.stride(0), t.stride(2), t.stride(1))
+        return bhnd_strides(t.stride(), tensor_layout)
 
-    arch = _device_arch(v.device)
-    aligned = fast_variant(v, out, d, dp, hnd)
-    block_m, block_n, num_warps, num_stages = config or _config(arch, dp, fp8, aligned)
+    arch = _arch.device_arch(v.device)
+    aligned = fast_variant(v, out, d, dp, tensor_layout)
+    block_m, block_n, num_warps, num_stages = config or attention_config(arch, dp, fp8, aligned)
     if strides(v)[2] * block_n >= 2**31:  # tile offsets are 32-bit (block bases are 64-bit): repack a huge-strided v
         v = v.contiguous()
-        aligned = fast_variant(v, out, d, dp, hnd)
-        block_m, block_n, num_warps, num_stages = config or _config(arch, dp, fp8, aligned)
+        aligned = fast_variant(v, out, d, dp, tensor_layout)
+        block_m, block_n, num_warps, num_stages = config or attention_config(arch, dp, fp8, aligned)
     (s_vb, s_vh, s_vn), (s_ob, s_oh, s_on) = strides(v), strides(out)
     grid = (triton.cdiv(qo_len, block_m), hq, b)
     _qk_int8_attn_fwd[grid](
@@ -352,7 +303,7 @@ def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8
         s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
         hq, hkv, qo_len, kv_len, q_int8.size(2), k_int8.size(2), d,
         BLOCK_M=block_m, BLOCK_N=block_n, QBLK=BLOCK_Q, KBLK=BLOCK_K, HEAD_DIM_PAD=dp, MASK_D=not aligned,
-        IS_CAUSAL=bool(is_causal), FP8=fp8,
+        IS_CAUSAL=bool(is_causal), FP8=fp8, P_SHIFT=P_SHIFT_FP8 if fp8 else 0.0,
         EMULATE=not isinstance(_qk_int8_attn_fwd, triton.runtime.JITFunction),  # TRITON_INTERPRET: _round_rne
         num_warps=num_warps, num_stages=num_stages)
     return out, lse

@@ -4,16 +4,11 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_Q = 128
-BLOCK_K = 64
+from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, LOG2E, bhnd, bhnd_strides, padded_head_dim, quant_qk_shapes
+
 MEAN_CHUNKS = 16  # token chunks whose float64 partial sums make the key mean
-LOG2E = 1.4426950408889634
 V_AMAX_ROWS = 32  # tokens per step of the channel-amax kernel
 V_QUANT_ROWS = 64  # tokens per program of the V quantization kernel
-
-
-def padded_head_dim(d):
-    return 64 if d <= 64 else (128 if d <= 128 else 256)
 
 
 def v_quant_warps(dp):
@@ -37,14 +32,20 @@ def _round_to_e4m3_grid(y):
 
 
 @triton.jit
-def _column_sums_kernel(x_ptr, part_ptr, n_tokens, heads, stride_b, stride_h, stride_n, head_dim,
-                        CHUNKS: tl.constexpr, ROWS: tl.constexpr, DP: tl.constexpr):
-    """part[bh, chunk, :] = float64 sum of x over the chunk's tokens (chunk c takes row tiles c, c+CHUNKS, ...)."""
+def _chunk_program(x_ptr, heads, stride_b, stride_h, DP: tl.constexpr):
+    """The (chunk, batch*head) program of the two per-channel reduction kernels: its chunk, bh, the base pointer of
+    its (batch, head) and the column offsets."""
     chunk = tl.program_id(0).to(tl.int64)
     bh = tl.program_id(1).to(tl.int64)
     b, h = bh // heads, bh % heads
-    cols = tl.arange(0, DP)
-    base = x_ptr + b * stride_b + h * stride_h
+    return chunk, bh, x_ptr + b * stride_b + h * stride_h, tl.arange(0, DP)
+
+
+@triton.jit
+def _column_sums_kernel(x_ptr, part_ptr, n_tokens, heads, stride_b, stride_h, stride_n, head_dim,
+                        CHUNKS: tl.constexpr, ROWS: tl.constexpr, DP: tl.constexpr):
+    """part[bh, chunk, :] = float64 sum of x over the chunk's tokens (chunk c takes row tiles c, c+CHUNKS, ...)."""
+    chunk, bh, base, cols = _chunk_program(x_ptr, heads, stride_b, stride_h, DP)
     acc = tl.zeros((DP,), dtype=tl.float64)
     for start in range(chunk * ROWS, n_tokens, CHUNKS * ROWS):
         rows = start + tl.arange(0, ROWS).to(tl.int64)
@@ -92,10 +93,7 @@ def _quant_blocks_kernel(x_ptr, out_ptr, scale_ptr, part_ptr, mean_ptr, mult, n_
 
 def _bhnd(t, layout):
     """Sizes and element strides of the [B, H, N, D] view of t."""
-    if layout == "HND":
-        return t.shape, (t.stride(0), t.stride(1), t.stride(2))
-    b, n, h, d = t.shape
-    return (b, h, n, d), (t.stride(0), t.stride(2), t.stride(1))
+    return bhnd(t.shape, layout), bhnd_strides(t.stride(), layout)
 
 
 def _quantize(x, layout, block, mult, smooth, out, scale, mean):
@@ -117,15 +115,10 @@ def _quantize(x, layout, block, mult, smooth, out, scale, mean):
 
 def quant_qk_int8_triton(q, k, tensor_layout, sm_scale, smooth_k):
     """The prologue op (same outputs as torch.ops.sage.quant_qk_int8) with Triton kernels."""
-    (b, hq, nq, d), _ = _bhnd(q, tensor_layout)
-    (_, hk, nk, _), _ = _bhnd(k, tensor_layout)
-    dp = padded_head_dim(d)
-    nq_pad, nk_pad = triton.cdiv(nq, BLOCK_Q) * BLOCK_Q, triton.cdiv(nk, BLOCK_K) * BLOCK_K
-    q_int8 = torch.empty((b, hq, nq_pad, dp), dtype=torch.int8, device=q.device)
-    q_scale = torch.empty((b, hq, nq_pad // BLOCK_Q), dtype=torch.float32, device=q.device)
-    k_int8 = torch.empty((b, hk, nk_pad, dp), dtype=torch.int8, device=q.device)
-    k_scale = torch.empty((b, hk, nk_pad // BLOCK_K), dtype=torch.float32, device=q.device)
-    k_mean = torch.empty((b, hk, d) if smooth_k else (0,), dtype=torch.float32, device=q.device)
+    shapes = quant_qk_shapes(bhnd(q.shape, tensor_layout), bhnd(k.shape, tensor_layout), smooth_k)
+    q_int8, q_scale, k_int8, k_scale, k_mean = (
+        torch.empty(shape, dtype=dtype, device=q.device)
+        for shape, dtype in zip(shapes, (torch.int8, torch.float32, torch.int8, torch.float32, torch.float32)))
     # float32(sm_scale * log2(e)), rounded once as the C++ host code does.
     mult = torch.tensor(sm_scale * LOG2E, dtype=torch.float32).item()
     _quantize(q, tensor_layout, BLOCK_Q, mult, False, q_int8, q_scale, None)
@@ -137,11 +130,7 @@ def quant_qk_int8_triton(q, k, tensor_layout, sm_scale, smooth_k):
 def _channel_amax_kernel(v_ptr, part_ptr, n_tokens, heads, stride_b, stride_h, stride_n, head_dim,
                          CHUNKS: tl.constexpr, ROWS: tl.constexpr, DP: tl.constexpr):
     """part[bh, chunk, :] = max |v| over the chunk's tokens, NaN where a non-finite value was seen."""
-    chunk = tl.program_id(0).to(tl.int64)
-    bh = tl.program_id(1).to(tl.int64)
-    b, h = bh // heads, bh % heads
-    cols = tl.arange(0, DP)
-    base = v_ptr + b * stride_b + h * stride_h
+    chunk, bh, base, cols = _chunk_program(v_ptr, heads, stride_b, stride_h, DP)
     amax = tl.zeros((DP,), dtype=tl.float32)
     bad = tl.zeros((DP,), dtype=tl.int32)
     for start in range(chunk * ROWS, n_tokens, CHUNKS * ROWS):
@@ -156,14 +145,14 @@ def _channel_amax_kernel(v_ptr, part_ptr, n_tokens, heads, stride_b, stride_h, s
 @triton.jit
 def _quant_v_kernel(v_ptr, out_ptr, part_ptr, scale_ptr, n_tokens, n_blocks, heads, stride_b, stride_h, stride_n,
                     ostride_b, ostride_h, ostride_n, head_dim,
-                    CHUNKS: tl.constexpr, ROWS: tl.constexpr, DP: tl.constexpr):
+                    CHUNKS: tl.constexpr, ROWS: tl.constexpr, DP: tl.constexpr, FP8_MAX: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     blk, bh = pid % n_blocks, pid // n_blocks
     b, h = bh // heads, bh % heads
     cols = tl.arange(0, DP)
     parts = tl.load(part_ptr + (bh * CHUNKS + tl.arange(0, CHUNKS)[:, None]) * DP + cols[None, :])
     bad = tl.max((parts != parts).to(tl.int32), axis=0)
-    scale = tl.math.div_rn(tl.max(tl.where(parts != parts, 0.0, parts), axis=0), 448.0)
+    scale = tl.math.div_rn(tl.max(tl.where(parts != parts, 0.0, parts), axis=0), FP8_MAX)
     scale = tl.where(bad > 0, float("nan"), scale)
     if blk == 0:
         tl.store(scale_ptr + bh * head_dim + cols, scale, mask=cols < head_dim)
@@ -173,7 +162,7 @@ def _quant_v_kernel(v_ptr, out_ptr, part_ptr, scale_ptr, n_tokens, n_blocks, hea
                 other=0.0).to(tl.float32)
     ok = scale[None, :] > 0
     y = tl.math.div_rn(x, tl.where(ok, scale[None, :], 1.0))
-    y = tl.where(ok, _round_to_e4m3_grid(tl.minimum(tl.maximum(y, -448.0), 448.0)), 0.0)
+    y = tl.where(ok, _round_to_e4m3_grid(tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX)), 0.0)
     tl.store(out_ptr + b * ostride_b + h * ostride_h + rows[:, None] * ostride_n + cols[None, :],
              y.to(tl.float8e4nv), mask=mask)
 
@@ -193,6 +182,7 @@ def quant_v_fp8_triton(v, tensor_layout):
                                                DP=dp, num_warps=v_quant_warps(dp), num_stages=3)
     n_blocks = max(1, triton.cdiv(n, V_QUANT_ROWS))
     _quant_v_kernel[(b * h * n_blocks,)](v, v_fp8, parts, v_scale, n, n_blocks, h, sb, sh, sn, ob, oh, on, d,
-                                         CHUNKS=MEAN_CHUNKS, ROWS=V_QUANT_ROWS, DP=dp, num_warps=v_quant_warps(dp),
+                                         CHUNKS=MEAN_CHUNKS, ROWS=V_QUANT_ROWS, DP=dp, FP8_MAX=FP8_MAX,
+                                         num_warps=v_quant_warps(dp),
                                          num_stages=3)
     return v_fp8, v_scale

@@ -4,10 +4,9 @@
 #pragma once
 #include <cstdint>
 
-namespace sage {
+#include "../contract.h"  // kBlockQ, kBlockK
 
-constexpr int kBlockQ = 128;  // query tokens per int8 block (one float32 scale each)
-constexpr int kBlockK = 64;   // key tokens per int8 block
+namespace sage {
 
 enum class InDtype : int { kFloat16 = 0, kBFloat16 = 1 };
 

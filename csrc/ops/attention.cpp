@@ -48,14 +48,14 @@ AttentionArgs check_attention_args(const at::Tensor& q_int8, const at::Tensor& q
                   a.heads_q % a.heads_k == 0,
               "sage::qk_int8_attention: batch/heads disagree: q_int8 ", q_int8.sizes(), ", k_int8 ",
               k_int8.sizes(), ", v ", v.sizes());
-  TORCH_CHECK(qo_len >= 0 && q_int8.size(2) == round_up(qo_len, kBlockQTokens) &&
-                  k_int8.size(2) == round_up(a.kv_len, kBlockKTokens),
+  TORCH_CHECK(qo_len >= 0 && q_int8.size(2) == round_up(qo_len, kBlockQ) &&
+                  k_int8.size(2) == round_up(a.kv_len, kBlockK),
               "sage::qk_int8_attention: qo_len ", qo_len, " / kv_len ", a.kv_len,
               " do not match the padded int8 lengths ", q_int8.size(2), " / ", k_int8.size(2));
   TORCH_CHECK(q_scale.scalar_type() == at::kFloat && k_scale.scalar_type() == at::kFloat &&
                   q_scale.is_contiguous() && k_scale.is_contiguous() &&
-                  q_scale.sizes() == at::IntArrayRef({a.batch, a.heads_q, q_int8.size(2) / kBlockQTokens}) &&
-                  k_scale.sizes() == at::IntArrayRef({a.batch, a.heads_k, k_int8.size(2) / kBlockKTokens}),
+                  q_scale.sizes() == at::IntArrayRef({a.batch, a.heads_q, q_int8.size(2) / kBlockQ}) &&
+                  k_scale.sizes() == at::IntArrayRef({a.batch, a.heads_k, k_int8.size(2) / kBlockK}),
               "sage::qk_int8_attention: q_scale/k_scale must be contiguous float32 [B, H, blocks], got ",
               q_scale.sizes(), " and ", k_scale.sizes());
   if (a.fp8) {

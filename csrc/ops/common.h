@@ -4,16 +4,9 @@
 
 #include <string>
 
+#include "../contract.h"
+
 namespace sage {
-
-constexpr int64_t kBlockQTokens = 128;  // query tokens per int8 block
-constexpr int64_t kBlockKTokens = 64;   // key tokens per int8 block
-constexpr int64_t kMaxHeadDim = 256;
-
-inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-// head_dim is zero-padded to the sizes the kernels are built for.
-inline int64_t padded_head_dim(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
 
 // A [B, H, N, D] view of an input in either layout, with element strides.
 struct HeadView {

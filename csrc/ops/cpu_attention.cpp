@@ -33,21 +33,21 @@ void attention_rows(const AttentionArgs& a, const at::Tensor& vf, const at::Tens
   float* lp = lse.data_ptr<float>();
   const int64_t B = a.batch, Hq = a.heads_q, Hk = a.heads_k, Nq = a.qo_len, Nk = a.kv_len, D = a.head_dim;
   const int64_t Dp = a.q_int8.size(3), nq_pad = a.q_int8.size(2), nk_pad = a.k_int8.size(2);
-  const int64_t nq_blocks = nq_pad / kBlockQTokens, nk_blocks = nk_pad / kBlockKTokens, group = Hq / Hk;
+  const int64_t nq_blocks = nq_pad / kBlockQ, nk_blocks = nk_pad / kBlockK, group = Hq / Hk;
   const float kInf = std::numeric_limits<float>::infinity();
 
   at::parallel_for(0, B * Hq * Nq, 16, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(D), s(kBlockKTokens);
+    std::vector<float> acc(D), s(kBlockK);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t i = row % Nq, bh = row / Nq, b = bh / Hq, h = bh % Hq, hk = h / group, bhk = b * Hk + hk;
       const int8_t* qrow = qi + (bh * nq_pad + i) * Dp;
-      const float q_scale = qs[bh * nq_blocks + i / kBlockQTokens];
+      const float q_scale = qs[bh * nq_blocks + i / kBlockQ];
       const int64_t last_key = a.is_causal ? std::min(Nk, i + 1) : Nk;  // upper-left aligned mask
       float m = -kInf, l = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j0 = 0; j0 < last_key; j0 += kBlockKTokens) {
-        const int64_t cnt = std::min(kBlockKTokens, last_key - j0);
-        const float k_scale = ks[bhk * nk_blocks + j0 / kBlockKTokens];
+      for (int64_t j0 = 0; j0 < last_key; j0 += kBlockK) {
+        const int64_t cnt = std::min(kBlockK, last_key - j0);
+        const float k_scale = ks[bhk * nk_blocks + j0 / kBlockK];
         float block_max = -kInf;
         for (int64_t j = 0; j < cnt; ++j) {
           const int8_t* krow = ki + (bhk * nk_pad + j0 + j) * Dp;

@@ -1,7 +1,7 @@
 // CUDA/HIP kernels of sage::qk_int8_attention and sage::quant_v_fp8: tensors -> the arguments of the Triton
 // kernels compiled at build time (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build
 // did not precompile (another GPU arch, or a specialization outside the set) runs through Triton's JIT instead:
-// the sage::_*_triton ops, registered from Python (torch_sage/gpu_kernels.py), after a one-time warning.
+// the sage::_*_triton ops, registered from Python (torch_sage/triton_jit_ops.py), after a one-time warning.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
