@@ -49,6 +49,18 @@ typedef cudaError_t sage_error_t;
 #define SAGE_LAUNCH(kernel, grid, block, smem, stream, ...) \
   kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 
+// Runs the lambda that follows with `constexpr bool NAME` equal to COND: the template dispatch of the
+// kernels (input dtype x vector width) as one expression per flag instead of nested if/else.
+#define SAGE_BOOL_SWITCH(COND, NAME, ...) \
+  [&] {                                   \
+    if (COND) {                           \
+      constexpr bool NAME = true;         \
+      return __VA_ARGS__();               \
+    }                                     \
+    constexpr bool NAME = false;          \
+    return __VA_ARGS__();                 \
+  }()
+
 // Max threads per block plus, on NVIDIA, a minimum of resident blocks per SM (caps
 // registers). HIP's second argument means something else (waves per EU), so it is dropped.
 #if defined(SAGE_HIP)

@@ -28,7 +28,8 @@ namespace sage {
 namespace {
 
 constexpr int kRowGroups = 16;
-constexpr int kUnitRows = 128;                           // rows per quant block
+constexpr int kUnitRows = static_cast<int>(kBlockQ);   // rows per quant block: one Q block, two K blocks
+static_assert(kBlockQ == 2 * kBlockK, "a quant block of kUnitRows rows holds one Q block or two K blocks");
 constexpr int kRowsPerThread = kUnitRows / kRowGroups;  // 8; i < 4 -> first K block
 constexpr int kMaxThreads = 512;                         // 2 * Dp for Dp = 256
 constexpr int kMaxWarps = kMaxThreads / SAGE_MIN_WARP_SIZE;
@@ -498,13 +499,9 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
     c.cv_bits = cv_bits;
     c.chunks = chunks;
     const dim3 grid((unsigned)(bhk * chunks)), block(kColsumThreads);
-    if (bf16) {
-      if (vk) SAGE_LAUNCH((k_colsum_kernel<true, true>), grid, block, 0, stream, c);
-      else SAGE_LAUNCH((k_colsum_kernel<true, false>), grid, block, 0, stream, c);
-    } else {
-      if (vk) SAGE_LAUNCH((k_colsum_kernel<false, true>), grid, block, 0, stream, c);
-      else SAGE_LAUNCH((k_colsum_kernel<false, false>), grid, block, 0, stream, c);
-    }
+    SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
+      SAGE_BOOL_SWITCH(vk, kVec, [&] { SAGE_LAUNCH((k_colsum_kernel<kBF16, kVec>), grid, block, 0, stream, c); });
+    });
     const sage_error_t err = sage_get_last_error();
     if (err != SAGE_SUCCESS) return (int)err;
   }
@@ -543,13 +540,9 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   a.smooth_k = p.smooth_k ? 1 : 0;
   const dim3 grid((unsigned)(q_units + k_units)), block(threads);
   const bool v = vq && vk;
-  if (bf16) {
-    if (v) SAGE_LAUNCH((quant_qk_int8_kernel<true, true>), grid, block, 0, stream, a);
-    else SAGE_LAUNCH((quant_qk_int8_kernel<true, false>), grid, block, 0, stream, a);
-  } else {
-    if (v) SAGE_LAUNCH((quant_qk_int8_kernel<false, true>), grid, block, 0, stream, a);
-    else SAGE_LAUNCH((quant_qk_int8_kernel<false, false>), grid, block, 0, stream, a);
-  }
+  SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
+    SAGE_BOOL_SWITCH(v, kVec, [&] { SAGE_LAUNCH((quant_qk_int8_kernel<kBF16, kVec>), grid, block, 0, stream, a); });
+  });
   return (int)sage_get_last_error();
 }
 

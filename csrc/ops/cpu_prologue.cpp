@@ -1,5 +1,6 @@
 // CPU kernels of the quantization ops: the executable form of docs/SEMANTICS.md that the GPU
 // prologue must match bit for bit.
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <torch/library.h>
@@ -103,13 +104,10 @@ QuantQK quant_qk_int8_cpu(const at::Tensor& q, const at::Tensor& k, const std::s
     } else if (smooth_k) {
       r.k_mean.zero_();
     }
-    quantize_all(qp, vq, kBlockQTokens, mult, true, nullptr, r.q_int8.data_ptr<int8_t>(), r.q_scale.data_ptr<float>());
-    quantize_all(kp, vk, kBlockKTokens, 1.0f, false, mean, r.k_int8.data_ptr<int8_t>(), r.k_scale.data_ptr<float>());
+    quantize_all(qp, vq, kBlockQ, mult, true, nullptr, r.q_int8.data_ptr<int8_t>(), r.q_scale.data_ptr<float>());
+    quantize_all(kp, vk, kBlockK, 1.0f, false, mean, r.k_int8.data_ptr<int8_t>(), r.k_scale.data_ptr<float>());
   };
-  if (q.scalar_type() == at::kHalf)
-    run(at::Half{});
-  else
-    run(at::BFloat16{});
+  AT_DISPATCH_REDUCED_FLOATING_TYPES(q.scalar_type(), "quant_qk_int8", [&] { run(scalar_t{}); });
   return r;
 }
 
@@ -151,10 +149,7 @@ std::tuple<at::Tensor, at::Tensor> quant_v_fp8_cpu(const at::Tensor& v, const st
       }
     });
   };
-  if (v.scalar_type() == at::kHalf)
-    run(at::Half{});
-  else
-    run(at::BFloat16{});
+  AT_DISPATCH_REDUCED_FLOATING_TYPES(v.scalar_type(), "quant_v_fp8", [&] { run(scalar_t{}); });
   return {v_fp8, v_scale};
 }
 
