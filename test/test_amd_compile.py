@@ -1,7 +1,7 @@
 """The AMD RDNA4 path, checked without an AMD GPU: what compiles, and what the machine code is. Nothing here runs
 a kernel; that needs the GPU (docs/GFX1200-TESTING.md).
 
-HIP (csrc/hip): Debian's clang-19 with the ROCm 5.2.3 headers and device libraries that test/amd_toolchain.sh
+HIP (csrc/hip): Debian's clang-19 with the ROCm 5.2.3 headers and device libraries that tools/amd_toolchain.sh
 unpacks into a cache (its only download, ~0.65 MB). For gfx1201 and gfx1200:
 - the full host + device object builds with the flags torch's BuildExtension gives hipcc (-Werror);
 - every kernel is in the code object, wave32, with no scratch (private segment 0, no spills, no scratch_*
@@ -13,11 +13,11 @@ unpacks into a cache (its only download, ~0.65 MB). For gfx1201 and gfx1200:
 The HIP host code that reads gcnArchName (csrc/ops/gpu_arch.h, ROCm builds only) is syntax-checked against the
 HIP headers.
 
-Triton: the Triton prologue compiled for GPUTarget("hip", arch, 32) by test/amd_triton_compile.py (no GPU, no ROCm
+Triton: the Triton prologue compiled for GPUTarget("hip", arch, 32) by tools/amd_triton_compile.py (no GPU, no ROCm
 needed): wave32, no scratch, 16-byte loads. (The precompiled attention and V kernels: test/test_aot_build.py.)
 
 The HIP tests skip without clang++-19 and its tools (apt-get install clang-19 lld-19 llvm-19 clang-tools-19) or
-when test/amd_toolchain.sh cannot download; the Triton tests skip without Triton's AMD backend. With
+when tools/amd_toolchain.sh cannot download; the Triton tests skip without Triton's AMD backend. With
 SAGE_REQUIRE_AMD_COMPILE=1 (CI) all of these fail instead of skipping. About 30 s on 2 cores.
 """
 import importlib.util
@@ -54,15 +54,15 @@ def run(cmd, **kw):
 
 @pytest.fixture(scope="module")
 def rocm():
-    """--rocm-path of the unpacked ROCm 5.2.3 files (set up by test/amd_toolchain.sh, cached)."""
+    """--rocm-path of the unpacked ROCm 5.2.3 files (set up by tools/amd_toolchain.sh, cached)."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         unavailable(f"{', '.join(missing)} not installed (apt-get install clang-19 lld-19 llvm-19 clang-tools-19)")
     if not Path(run(["clang++-19", "-print-prog-name=ld.lld"]).stdout.strip()).exists():
         unavailable("ld.lld for clang-19 not installed (apt-get install lld-19)")
-    res = run(["bash", str(ROOT / "test" / "amd_toolchain.sh")])
+    res = run(["bash", str(ROOT / "tools" / "amd_toolchain.sh")])
     if res.returncode != 0:
-        unavailable(f"test/amd_toolchain.sh failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
+        unavailable(f"tools/amd_toolchain.sh failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
     return Path(res.stdout.strip().splitlines()[-1])
 
 
@@ -278,7 +278,7 @@ def triton_report(arch, tmp_path, quick):
         unavailable("Triton with its AMD backend is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")  # a real compile, not a cache hit
-    cmd = [sys.executable, str(ROOT / "test" / "amd_triton_compile.py"), "--arch", arch]
+    cmd = [sys.executable, str(ROOT / "tools" / "amd_triton_compile.py"), "--arch", arch]
     cmd += ["--quick"] if quick else []
     res = run(cmd, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-4000:]

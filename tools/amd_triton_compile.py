@@ -2,7 +2,7 @@
 without a GPU and reports what the machine code uses. The kernels compiled ahead of time for the default path
 (attention, V quantization) are checked by test/test_aot_build.py.
 
-python test/amd_triton_compile.py [--arch gfx1201] [--quick]
+python tools/amd_triton_compile.py [--arch gfx1201] [--quick]
 
 Prints one JSON object: {"triton": version, "arch": ..., "kernels": [{"name", "dtype", "config", "seconds",
 "wmma": {instruction: count}, "scratch_instructions", "global_loads", "private_segment_fixed_size", "vgpr_count",

@@ -3,7 +3,7 @@
 # install: the HIP headers and device libraries of Debian's ROCm 5.2.3 packages, unpacked into a cache folder, plus
 # the gfx12 ISA-version bitcode they lack (made from the gfx1030 one). test/test_amd_compile.py uses it.
 #
-#   bash test/amd_toolchain.sh [CACHE]     prints the ROCm root to use as --rocm-path (CACHE/root/usr)
+#   bash tools/amd_toolchain.sh [CACHE]     prints the ROCm root to use as --rocm-path (CACHE/root/usr)
 #
 # CACHE defaults to $SAGE_AMD_CACHE, else ~/.cache/torch_sage/rocm-5.2.3. Idempotent: a finished cache is reused.
 # Needs: apt-get (with package lists: apt-get update), dpkg-deb, llvm-dis-19 and llvm-as-19 (package llvm-19).

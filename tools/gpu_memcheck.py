@@ -1,5 +1,5 @@
 """Runs the prologue (HIP and Triton) and the attention over awkward shapes, for compute-sanitizer:
-compute-sanitizer --tool memcheck --error-exitcode 1 python test/gpu_memcheck.py [--attention]"""
+compute-sanitizer --tool memcheck --error-exitcode 1 python tools/gpu_memcheck.py [--attention]"""
 import os
 import sys
 
