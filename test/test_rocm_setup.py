@@ -17,7 +17,7 @@ from torch.utils import cpp_extension as ext
 
 ROOT = Path(__file__).resolve().parents[1]
 # The GPU host code that torch's hipify rewrites on ROCm (c10/cuda, ATen/cuda and CUDA driver names).
-HIPIFIED = ["csrc/ops/gpu_prologue_hip.cpp", "csrc/ops/gpu_triton_kernels_hip.cpp", "csrc/ops/gpu_triton_launch_hip.cpp"]
+HIPIFIED = ["csrc/ops/gpu_arch_hip.cpp", "csrc/ops/gpu_prologue_hip.cpp", "csrc/ops/gpu_triton_kernels_hip.cpp", "csrc/ops/gpu_triton_launch_hip.cpp"]
 
 
 def snapshot(root):

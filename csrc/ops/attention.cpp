@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "attention_kernel.h"
-#include "common.h"
-#include "prologue.h"
+#include "qk_attention_args.h"
+#include "input_checks.h"
+#include "prologue_outputs.h"
 
 namespace sage {
 

@@ -10,9 +10,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_kernel.h"
-#include "common.h"
-#include "prologue.h"
+#include "qk_attention_args.h"
+#include "input_checks.h"
+#include "prologue_outputs.h"
 
 namespace sage {
 namespace {

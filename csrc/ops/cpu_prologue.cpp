@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include "common.h"
-#include "prologue.h"
+#include "input_checks.h"
+#include "prologue_outputs.h"
 
 namespace sage {
 namespace {

@@ -1,19 +1,22 @@
-// Which AMD GPUs run torch_sage's kernels: the rule of torch_sage/arch.py (amd_refusal), word for word, for the
-// C++ GPU ops of ROCm builds. amd_arch_refusal is plain C++ (test/test_arch_dispatch.py compiles it with g++ and
-// checks it against the Python twin); the USE_ROCM part reads the device's gcnArchName through the HIP runtime
-// (test/test_amd_compile.py syntax-checks it against HIP headers).
+// Which GPUs run torch_sage's kernels, and which arch a device is: the one place of the C++ GPU ops that reads it.
+// The rules (amd_arch_refusal, nvidia_arch_refusal) are those of torch_sage/arch.py, word for word, in plain C++:
+// test/test_arch_dispatch.py compiles them alone (SAGE_ARCH_RULES_ONLY) with g++ and checks them against the
+// Python twins. The rest reads the device through the HIP or CUDA runtime (test/test_amd_compile.py
+// syntax-checks the ROCm branch against HIP headers).
 #pragma once
 
 #include <string>
 
-#if defined(USE_ROCM)
+#if !defined(SAGE_ARCH_RULES_ONLY)
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
-#include <hip/hip_runtime_api.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <vector>
+#if defined(USE_ROCM)
+#include <hip/hip_runtime_api.h>
+#endif
 #endif
 
 namespace sage {
@@ -50,6 +53,7 @@ inline std::string nvidia_arch_refusal(int major, int minor) {
          " is not supported: torch_sage's GPU kernels need sm_80 (Ampere) or newer. Other devices: use the CPU.";
 }
 
+#if !defined(SAGE_ARCH_RULES_ONLY)
 #if defined(USE_ROCM)
 // The gcnArchName of GPU `index` ("gfx1201:sramecc-:xnack-"), read once per device.
 inline std::string gcn_arch_name(c10::DeviceIndex index) {
@@ -73,5 +77,11 @@ inline void check_amd_arch(const c10::Device& device) {
   TORCH_CHECK(refusal.empty(), refusal);
 }
 #endif
+
+// The arch of `device` as the precompiled-image table names it: "sm_90" (compute capability) or "gfx1201"
+// (gcnArchName before ':'), read once per device. Raises, with the messages above, for a GPU torch_sage does not
+// run on. Defined in gpu_arch.cpp (it reads the CUDA runtime, which hipify rewrites there, not in this header).
+std::string device_arch(const c10::Device& device);
+#endif  // !SAGE_ARCH_RULES_ONLY
 
 }  // namespace sage

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "common.h"
+#include "input_checks.h"
 #include "gpu_arch.h"
-#include "prologue.h"
+#include "prologue_outputs.h"
 #include "quant_qk_int8.h"
 
 namespace sage {

@@ -14,39 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "attention_kernel.h"
-#include "common.h"
+#include "qk_attention_args.h"
+#include "input_checks.h"
 #include "gpu_arch.h"
 #include "triton_images.h"
 
 namespace sage {
 namespace {
-
-// The arch string of the image table: "sm_90" (compute capability) or "gfx1201" (gcnArchName before ':').
-// Also refuses GPUs torch_sage does not run on, with the messages of torch_sage/arch.py.
-std::string gpu_arch(const c10::Device& device) {
-#if defined(USE_ROCM)
-  check_amd_arch(device);
-  const std::string name = gcn_arch_name(device.index());
-  return name.substr(0, name.find(':'));
-#else
-  static std::mutex mutex;
-  static std::vector<std::string> archs;  // per device index, read once
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto index = static_cast<size_t>(device.index());
-  if (index >= archs.size()) archs.resize(index + 1);
-  if (archs[index].empty()) {
-    int major = 0, minor = 0;
-    TORCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index()) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index()) == cudaSuccess,
-                "sage: cannot read the compute capability of ", device);
-    const std::string refusal = nvidia_arch_refusal(major, minor);
-    TORCH_CHECK(refusal.empty(), refusal);
-    archs[index] = "sm_" + std::to_string(major) + std::to_string(minor);
-  }
-  return archs[index];
-#endif
-}
 
 const char* triton_type(at::ScalarType t) {
   switch (t) {
@@ -110,7 +84,7 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
                                    const at::Tensor& k_scale, const at::Tensor& v_in,
                                    const std::optional<at::Tensor>& v_scale, c10::SymInt qo_len_sym,
                                    c10::string_view layout_view, bool is_causal, at::ScalarType out_dtype) {
-  const std::string arch = gpu_arch(q_int8.device());  // a GPU torch_sage does not run on: its error first
+  const std::string arch = device_arch(q_int8.device());  // a GPU torch_sage does not run on: its error first
   const std::string layout(layout_view);
   const int64_t qo_len = qo_len_sym.guard_int(__FILE__, __LINE__);
   const AttentionArgs a =
@@ -186,7 +160,7 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
 }
 
 std::tuple<at::Tensor, at::Tensor> quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
-  const std::string arch = gpu_arch(v.device());
+  const std::string arch = device_arch(v.device());
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_input(v, "v", /*allow_fp32=*/false);

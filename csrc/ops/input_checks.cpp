@@ -1,4 +1,4 @@
-#include "common.h"
+#include "input_checks.h"
 
 #include <cstdlib>
 

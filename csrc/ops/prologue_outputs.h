@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "common.h"
+#include "input_checks.h"
 
 namespace sage {
 
