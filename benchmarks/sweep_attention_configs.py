@@ -1,5 +1,5 @@
 """Measures the Triton attention kernel's launch configurations (BLOCK_M, BLOCK_N, num_warps, num_stages) on
-pre-quantized inputs, kernel only, to fill the table in torch_sage/triton_attention.py::_config: long inputs
+pre-quantized inputs, kernel only, to fill the table in torch_sage/attention_configs.py: long inputs
 (``--part configs``) and short ones (``--part short``: 256-4608 tokens, where the grid is small). Also splits a
 short call's wall time into its parts (prologue, V quantization, attention kernel, whole op).
 
