@@ -3,7 +3,8 @@
 The backend follows the installed torch and the toolkit beside it, never the presence of a GPU:
   CPU-only torch -> the C++ CPU kernels only (no CUDA, ROCm or Triton needed);
   CUDA torch     -> also csrc/hip through nvcc, and the Triton kernels of the default GPU path compiled ahead of
-                    time for each arch of TORCH_CUDA_ARCH_LIST (default "8.0;9.0"), embedded in _C;
+                    time for each arch of TORCH_CUDA_ARCH_LIST (default "8.0;9.0"), embedded in _C; with 9.0 in
+                    the list, also the hand-written Hopper kernel (csrc/sm90), and 9.0 is built as sm_90a;
   ROCm torch     -> likewise through hipcc, for each arch of PYTORCH_ROCM_ARCH (default "gfx1201;gfx1200").
 A CUDA/ROCm torch without a usable toolkit (no headers, or nvcc's CUDA major differs from torch's) gets the CPU
 build, said in one line; on the GPU the library then runs Triton's kernels, compiled on first use.
@@ -88,6 +89,16 @@ def aot_archs(backend):
     return sorted({a.split(":")[0] for a in re.split(r"[;\s,]+", os.environ["PYTORCH_ROCM_ARCH"]) if a})
 
 
+def use_sm90_arch():
+    """Whether TORCH_CUDA_ARCH_LIST asks for Hopper ("9.0" or "9.0a"): then it is built as sm_90a, the target that
+    has wgmma and setmaxnreg (its code runs on every compute capability 9.0 GPU), and csrc/sm90 is compiled."""
+    entries = [e.strip() for e in re.split(r"[;\s,]+", os.environ["TORCH_CUDA_ARCH_LIST"]) if e.strip()]
+    if not any(e in ("9.0", "9.0a") for e in entries):
+        return False
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join("9.0a" if e == "9.0" else e for e in entries)
+    return True
+
+
 def load_aot_build():
     """torch_sage.aot_build without torch_sage/__init__.py (which loads _C, not built yet). The stand-in package
     stays in sys.modules for the rest of the build: the compile workers find the module through it."""
@@ -166,12 +177,14 @@ def extension(backend):
     ops_dir, hip_dir = os.path.join(HERE, "csrc", "ops"), os.path.join(HERE, "csrc", "hip")
     if backend == "cuda":
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+        sm90 = use_sm90_arch()
+        nvcc = ["-O3", "-lineinfo"] + (["-DSAGE_WITH_SM90"] if sm90 else [])
         # BuildExtension sends only .cu files to nvcc; each csrc/hip/X.cu is a one-line include of X.hip.
         return ext.CUDAExtension(
             "torch_sage._C",
-            sources + rel("csrc/hip/*.cu"),
+            sources + rel("csrc/hip/*.cu") + (rel("csrc/sm90/*.cu") if sm90 else []),
             include_dirs=[hip_dir, ops_dir],
-            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-lineinfo"]},
+            extra_compile_args={"cxx": cxx + (["-DSAGE_WITH_SM90"] if sm90 else []), "nvcc": nvcc},
             extra_link_args=link,
         )
     os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")

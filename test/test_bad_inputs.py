@@ -91,6 +91,9 @@ BAD_INPUTS = [
     ("SAGEATTN_SK1_GFX1200=yes",
      "os.environ['SAGEATTN_SK1_GFX1200'] = 'yes'\ntry:\n    attention(q, k, v)\n"
      "finally:\n    del os.environ['SAGEATTN_SK1_GFX1200']", RuntimeError, "SAGEATTN_SK1_GFX1200"),
+    ("SAGEATTN_SK1_SM90=on",
+     "os.environ['SAGEATTN_SK1_SM90'] = 'on'\ntry:\n    attention(q, k, v)\n"
+     "finally:\n    del os.environ['SAGEATTN_SK1_SM90']", RuntimeError, "SAGEATTN_SK1_SM90 must be"),
 ]
 # Only where a GPU exists: inputs on two real devices.
 GPU_BAD_INPUTS = [

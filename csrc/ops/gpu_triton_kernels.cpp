@@ -18,6 +18,9 @@
 #include "input_checks.h"
 #include "gpu_arch.h"
 #include "triton_images.h"
+#if defined(SAGE_WITH_SM90)
+#include "gpu_sm90_attention.h"
+#endif
 
 namespace sage {
 namespace {
@@ -92,6 +95,9 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
   const c10::cuda::CUDAGuard guard(q_int8.device());
   auto [out, lse] = allocate_attention_out(a);
   if (lse.numel() == 0) return {out, lse};
+#if defined(SAGE_WITH_SM90)
+  if (arch == "sm_90" && use_sm90_attention() && try_sm90_attention(a, out, lse)) return {out, lse};
+#endif
   const int64_t dp = q_int8.size(3);
   const char *vt = triton_type(a.v.scalar_type()), *ot = triton_type(out_dtype);
 

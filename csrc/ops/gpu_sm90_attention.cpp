@@ -1,0 +1,49 @@
+// Tensors -> sm90::QKAttentionParams -> the launcher in csrc/sm90 (see gpu_sm90_attention.h).
+#if defined(SAGE_WITH_SM90)
+#include "gpu_sm90_attention.h"
+
+#include <c10/cuda/CUDAStream.h>
+
+#include "input_checks.h"
+#include "../sm90/qk_int8_attention_sm90.h"
+
+namespace sage {
+
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse) {
+  if (a.fp8 || a.q_int8.size(3) != a.head_dim) return false;
+  const HeadView hv = head_view(a.v, a.hnd), ho = head_view(out, a.hnd);
+  sm90::QKAttentionParams p{};
+  p.q = a.q_int8.const_data_ptr<int8_t>();
+  p.q_scale = a.q_scale.const_data_ptr<float>();
+  p.k = a.k_int8.const_data_ptr<int8_t>();
+  p.k_scale = a.k_scale.const_data_ptr<float>();
+  p.v = a.v.const_data_ptr();
+  p.v_bf16 = a.v.scalar_type() == at::kBFloat16;
+  p.v_stride_b = hv.stride_b;
+  p.v_stride_h = hv.stride_h;
+  p.v_stride_n = hv.stride_n;
+  p.out = out.data_ptr();
+  p.out_type = a.out_dtype == at::kHalf       ? sm90::OutType::kFloat16
+               : a.out_dtype == at::kBFloat16 ? sm90::OutType::kBFloat16
+                                              : sm90::OutType::kFloat32;
+  p.o_stride_b = ho.stride_b;
+  p.o_stride_h = ho.stride_h;
+  p.o_stride_n = ho.stride_n;
+  p.lse = lse.data_ptr<float>();
+  p.batch = a.batch;
+  p.heads_q = a.heads_q;
+  p.heads_kv = a.heads_k;
+  p.qo_len = a.qo_len;
+  p.kv_len = a.kv_len;
+  p.nq_pad = a.q_int8.size(2);
+  p.nk_pad = a.k_int8.size(2);
+  p.head_dim = a.head_dim;
+  p.causal = a.is_causal;
+  if (sm90::qk_attention_unsupported(p) != nullptr) return false;
+  const int err = sm90::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "sage::qk_int8_attention: the sm90 kernel failed to launch (error ", err, ")");
+  return true;
+}
+
+}  // namespace sage
+#endif  // SAGE_WITH_SM90

@@ -1,0 +1,14 @@
+// The hand-written Hopper kernel (csrc/sm90) as a kernel of sage::qk_int8_attention. Only CUDA builds whose arch
+// list holds 9.0 compile it (setup.py defines SAGE_WITH_SM90 then).
+#pragma once
+#include <ATen/ATen.h>
+
+#include "qk_attention_args.h"
+
+namespace sage {
+
+// Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: accurate mode,
+// head_dim 64 or 128, TMA-compatible V. Returns false, having done nothing, when it does not.
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse);
+
+}  // namespace sage

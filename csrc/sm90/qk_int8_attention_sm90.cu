@@ -1,0 +1,435 @@
+// Hopper kernel of sage::qk_int8_attention, accurate mode (qk_int8_attention_sm90.h). Design (part 1 of the Hopper
+// work): one warpgroup (128 threads) per CTA of kBlockM = 64 query rows; thread 0 issues every TMA load; K and V
+// tiles of kBlockN = 128 keys in a two-stage ring, each stage with its own "full" mbarrier for K and for V, so that
+// Q.K^T of a block can start as soon as its K has landed. Loads (the producer part) and math (the consumer part)
+// are separate functions, ready for warp specialization.
+//
+// Per key block: S = Q.K^T on wgmma m64n128k32 s32.s8.s8 (both operands K-major in shared memory), scaled by the
+// block's q and k scales; online softmax in base 2 (row statistics in float32, rows shared by the 4 lanes of a
+// quad); P rounded to V's 16-bit type and fed from registers (the S accumulator layout is the A-fragment layout)
+// to wgmma m64n{64,128}k16 with V from shared memory as an MN-major B operand.
+#include "qk_int8_attention_sm90.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "../contract.h"
+#include "ptx.h"
+#include "wgmma.h"
+
+namespace sage {
+namespace sm90 {
+namespace {
+
+constexpr int kBlockM = 64;    // query rows per CTA: one wgmma M
+constexpr int kBlockN = 128;   // keys per iteration: two k-scale blocks
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kStages = 2;
+static_assert(kBlockQ % kBlockM == 0, "a CTA's rows share one q scale");
+static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
+
+template <int D>
+struct Smem {
+  static constexpr int kQBytes = kBlockM * D;            // int8
+  static constexpr int kKBytes = kBlockN * D;            // int8
+  static constexpr int kVBytes = kBlockN * D * 2;        // 16-bit, as D / 64 boxes of [kBlockN][64]
+  static constexpr int kVBoxBytes = kBlockN * 64 * 2;
+  static constexpr int kAlign = 1024;                    // the 128B swizzle pattern repeats every 1024 bytes
+  static constexpr int kQ = kAlign;                      // barriers live in the first 1024 bytes
+  static constexpr int kK = kQ + kQBytes;
+  static constexpr int kV = kK + kStages * kKBytes;
+  static constexpr int kBytes = kV + kStages * kVBytes;
+  static constexpr int kAllocBytes = kBytes + kAlign;    // slack to align the dynamic base
+  static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
+};
+
+struct Barriers {
+  uint64_t q_full;
+  uint64_t k_full[kStages];
+  uint64_t v_full[kStages];
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (BF16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// ---- producer: thread 0 issues the loads --------------------------------------------------------------------------
+
+template <int D>
+__device__ __forceinline__ void load_kv(uint8_t* smem, Barriers* bars, const CUtensorMap* k_map,
+                                        const CUtensorMap* v_map, int stage, int n0, int bhk, int hk, int b) {
+  uint8_t* k_dst = smem + Smem<D>::kK + stage * Smem<D>::kKBytes;
+  mbar_arrive_expect_tx(&bars->k_full[stage], Smem<D>::kKBytes);
+  tma_load_3d(k_dst, k_map, &bars->k_full[stage], 0, n0, bhk);
+  uint8_t* v_dst = smem + Smem<D>::kV + stage * Smem<D>::kVBytes;
+  mbar_arrive_expect_tx(&bars->v_full[stage], Smem<D>::kVBytes);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) {
+    tma_load_4d(v_dst + c * Smem<D>::kVBoxBytes, v_map, &bars->v_full[stage], c * 64, n0, hk, b);
+  }
+}
+
+// ---- consumer: the warpgroup's math ---------------------------------------------------------------------------------
+
+template <int D>
+__device__ __forceinline__ uint64_t qk_desc(uint32_t addr) {
+  // K-major int8 rows of D bytes: 128B swizzle for D = 128 (8-row groups of 1024 bytes), 64B for D = 64 (512).
+  return D == 128 ? make_smem_desc(addr, 16, 1024, Swizzle::k128B) : make_smem_desc(addr, 16, 512, Swizzle::k64B);
+}
+
+template <int D>
+__device__ __forceinline__ void qk_tile(int32_t (&s)[kBlockN / 2], uint32_t q_addr, uint32_t k_addr) {
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {  // 32 bytes of head_dim per wgmma, inside the swizzled row
+    wgmma_m64n128k32_s32_s8(s, qk_desc<D>(q_addr + kk * 32), qk_desc<D>(k_addr + kk * 32), kk > 0);
+  }
+}
+
+template <int D, bool BF16>
+__device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[kBlockN / 4], uint32_t v_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {  // 16 keys per wgmma: two 8-row groups of 128 bytes
+    const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+    // MN-major B: 64 head_dim values (128 bytes) per swizzle atom, the next 64 in the next box (LBO); 8-key groups
+    // 1024 bytes apart (SBO).
+    const uint64_t desc = make_smem_desc(v_addr + kk * 16 * 128, kBlockN * 128, 1024, Swizzle::k128B);
+    if constexpr (D == 128) {
+      if constexpr (BF16) wgmma_m64n128k16_f32_bf16_rs(o, a, desc);
+      else wgmma_m64n128k16_f32_f16_rs(o, a, desc);
+    } else {
+      if constexpr (BF16) wgmma_m64n64k16_f32_bf16_rs(o, a, desc);
+      else wgmma_m64n64k16_f32_f16_rs(o, a, desc);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair(T* dst, float x, float y);
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* dst, float x, float y) {
+  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) {
+  *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+}
+
+struct KernelArgs {
+  const float* q_scale;
+  const float* k_scale;
+  void* out;
+  float* lse;
+  int64_t o_stride_b, o_stride_h, o_stride_n;
+  int heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
+};
+
+template <int D, bool BF16, typename Out, bool CAUSAL>
+__global__ void __launch_bounds__(kThreads, 1)
+    qk_int8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                             const __grid_constant__ CUtensorMap v_map, const KernelArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + Smem<D>::kAlign - 1) /
+                                             Smem<D>::kAlign * Smem<D>::kAlign);
+  Barriers* bars = reinterpret_cast<Barriers*>(smem);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int m0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (a.heads_q / a.heads_kv);
+  const int bh = b * a.heads_q + h, bhk = b * a.heads_kv + hk;
+  // Keys this tile sees: all kv_len, or (causal, upper-left) those up to its last row.
+  const int key_end = CAUSAL ? min(a.kv_len, m0 + kBlockM) : a.kv_len;
+  const int n_blocks = (key_end + kBlockN - 1) / kBlockN;
+
+  if (tid == 0) {
+    prefetch_tensor_map(&q_map);
+    prefetch_tensor_map(&k_map);
+    prefetch_tensor_map(&v_map);
+    mbar_init(&bars->q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&bars->k_full[s], 1);
+      mbar_init(&bars->v_full[s], 1);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (tid == 0) {
+    mbar_arrive_expect_tx(&bars->q_full, Smem<D>::kQBytes);
+    tma_load_3d(smem + Smem<D>::kQ, &q_map, &bars->q_full, 0, m0, bh);
+    for (int n = 0; n < kStages && n < n_blocks; ++n) load_kv<D>(smem, bars, &k_map, &v_map, n, n * kBlockN, bhk, hk, b);
+  }
+
+  // Thread (warp, lane) holds rows r0 = 16 * warp + lane / 4 and r0 + 8 of the tile; of each 8 columns, the pair
+  // 2 * (lane % 4) + {0, 1}. Accumulator register 4 * j + 2 * i + c: row r0 + 8 i, column 8 j + 2 (lane % 4) + c.
+  const int r0 = 16 * warp + lane / 4, cq = 2 * (lane % 4);
+  const float q_scale = a.q_scale[static_cast<int64_t>(bh) * (a.nq_pad / kBlockQ) + m0 / kBlockQ];
+  const float* k_scales = a.k_scale + static_cast<int64_t>(bhk) * (a.nk_pad / kBlockK);
+  const float kInf = __int_as_float(0x7f800000);
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m_row[2] = {-kInf, -kInf}, l_row[2] = {0.0f, 0.0f};  // l: this thread's partial sums (quad-reduced last)
+
+  const uint32_t q_addr = smem_addr(smem + Smem<D>::kQ);
+  mbar_wait(&bars->q_full, 0);
+
+  for (int n = 0; n < n_blocks; ++n) {
+    const int stage = n % kStages;
+    const uint32_t parity = (n / kStages) & 1;
+    const int n0 = n * kBlockN;
+
+    // S = Q.K^T
+    int32_t s_acc[kBlockN / 2];
+    mbar_wait(&bars->k_full[stage], parity);
+    wgmma_fence();
+    qk_tile<D>(s_acc, q_addr, smem_addr(smem + Smem<D>::kK + stage * Smem<D>::kKBytes));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
+
+    // Scores in base 2 (the q scale carries sm_scale * log2 e), masked past kv_len and above the diagonal.
+    const float scale0 = q_scale * k_scales[n0 / kBlockK];
+    const float scale1 = n0 + kBlockK < a.nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f;
+    float sc[kBlockN / 2];
+    const bool masked = n0 + kBlockN > a.kv_len || (CAUSAL && n0 + kBlockN > m0 + 1);
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = 4 * j + 2 * i + c;
+          float v = static_cast<float>(s_acc[r]) * (j < kBlockN / 16 ? scale0 : scale1);
+          if (masked) {
+            const int col = n0 + 8 * j + cq + c, row = m0 + r0 + 8 * i;
+            if (col >= a.kv_len || (CAUSAL && col > row)) v = -kInf;
+          }
+          sc[r] = v;
+        }
+      }
+    }
+
+    // Online softmax; a row with no key yet keeps m = -inf and subtracts 0 instead.
+    uint32_t p[kBlockN / 4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = m_row[i];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * i], sc[4 * j + 2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_use = mx == -kInf ? 0.0f : mx;
+      const float alpha = fast_exp2(m_row[i] - m_use);
+      m_row[i] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const float p0 = fast_exp2(sc[4 * j + 2 * i] - m_use), p1 = fast_exp2(sc[4 * j + 2 * i + 1] - m_use);
+        sum += p0 + p1;
+        p[2 * j + i] = pack2<BF16>(p0, p1);  // register 2 j + i holds (row r0 + 8 i, columns 8 j + cq, +1)
+      }
+      l_row[i] = l_row[i] * alpha + sum;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 2 * i] *= alpha;
+        o[4 * j + 2 * i + 1] *= alpha;
+      }
+    }
+
+    // O += P.V: the A fragment of k-slice kk is registers 4 kk .. 4 kk + 3 of p, as packed above.
+    mbar_wait(&bars->v_full[stage], parity);
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+    wgmma_fence();
+    pv_tile<D, BF16>(o, p, smem_addr(smem + Smem<D>::kV + stage * Smem<D>::kVBytes));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+
+    // Every warp is done with this stage: refill it with block n + kStages.
+    __syncthreads();
+    if (tid == 0 && n + kStages < n_blocks) {
+      load_kv<D>(smem, bars, &k_map, &v_map, stage, (n + kStages) * kBlockN, bhk, hk, b);
+    }
+  }
+
+  // Epilogue: out = O / l; lse = (m + log2 l) ln 2; a row that saw no key gets 0 and -inf.
+  Out* out = static_cast<Out*>(a.out) + b * a.o_stride_b + h * a.o_stride_h;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = l_row[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = m0 + r0 + 8 * i;
+    if (row >= a.qo_len) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    Out* dst = out + static_cast<int64_t>(row) * a.o_stride_n;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      store_pair<Out>(dst + 8 * j + cq, o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+    }
+    if (lane % 4 == 0) {
+      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = l > 0.0f ? (m_row[i] + log2f(l)) * 0.6931471805599453f : -kInf;
+    }
+  }
+#endif
+}
+
+// ---- host -------------------------------------------------------------------------------------------------------
+
+using EncodeTiled = decltype(&cuTensorMapEncodeTiled);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                                             &found);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
+#endif
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// A tiled tensor map; dims and box innermost first, strides in bytes for dims 1.. (rank - 1 of them).
+bool make_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* base, const uint64_t* dims,
+              const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const uint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode(map, type, rank, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int D, bool BF16, typename Out, bool CAUSAL>
+int launch(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtensorMap& v_map,
+           cudaStream_t stream) {
+  auto kernel = qk_int8_attention_kernel<D, BF16, Out, CAUSAL>;
+  constexpr int smem = Smem<D>::kAllocBytes;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return static_cast<int>(attr);
+  KernelArgs a;
+  a.q_scale = p.q_scale;
+  a.k_scale = p.k_scale;
+  a.out = p.out;
+  a.lse = p.lse;
+  a.o_stride_b = p.o_stride_b;
+  a.o_stride_h = p.o_stride_h;
+  a.o_stride_n = p.o_stride_n;
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.qo_len = static_cast<int>(p.qo_len);
+  a.kv_len = static_cast<int>(p.kv_len);
+  a.nq_pad = static_cast<int>(p.nq_pad);
+  a.nk_pad = static_cast<int>(p.nk_pad);
+  const dim3 grid(static_cast<unsigned>((p.qo_len + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.heads_q),
+                  static_cast<unsigned>(p.batch));
+  kernel<<<grid, kThreads, smem, stream>>>(q_map, k_map, v_map, a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <int D, bool BF16>
+int launch_out(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+               const CUtensorMap& v_map, cudaStream_t stream) {
+  switch (p.out_type) {
+    case OutType::kFloat16:
+      return p.causal ? launch<D, BF16, __half, true>(p, q_map, k_map, v_map, stream)
+                      : launch<D, BF16, __half, false>(p, q_map, k_map, v_map, stream);
+    case OutType::kBFloat16:
+      return p.causal ? launch<D, BF16, __nv_bfloat16, true>(p, q_map, k_map, v_map, stream)
+                      : launch<D, BF16, __nv_bfloat16, false>(p, q_map, k_map, v_map, stream);
+    default:
+      return p.causal ? launch<D, BF16, float, true>(p, q_map, k_map, v_map, stream)
+                      : launch<D, BF16, float, false>(p, q_map, k_map, v_map, stream);
+  }
+}
+
+}  // namespace
+
+const char* qk_attention_unsupported(const QKAttentionParams& p) {
+  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim is not 64 or 128";
+  if (p.kv_len < 1 || p.qo_len < 1) return "no keys or no queries";
+  if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return "heads";
+  if (p.batch * p.heads_q > INT32_MAX || p.nq_pad > INT32_MAX || p.nk_pad > INT32_MAX) return "sizes beyond int32";
+  if (p.heads_q > 65535 || p.batch > 65535) return "grid y / z hold heads and batch";
+  const auto misaligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
+  // TMA: 16-byte aligned base and strides, strides below 2^40 bytes.
+  if (misaligned(p.q, 16) || misaligned(p.k, 16) || misaligned(p.v, 16)) return "a base address is not 16-byte aligned";
+  for (const int64_t s : {p.v_stride_b, p.v_stride_h, p.v_stride_n}) {
+    if (s <= 0 || (s * 2) % 16 != 0 || s * 2 >= (int64_t(1) << 40)) return "v's strides are not TMA strides";
+  }
+  // The epilogue stores column pairs.
+  const int64_t out_bytes = p.out_type == OutType::kFloat32 ? 4 : 2;
+  if (misaligned(p.out, 2 * out_bytes)) return "out is not aligned for pair stores";
+  for (const int64_t s : {p.o_stride_b, p.o_stride_h, p.o_stride_n}) {
+    if (s % 2 != 0) return "out's strides are odd";
+  }
+  return nullptr;
+}
+
+int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
+  if (qk_attention_unsupported(p) != nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const uint64_t d = static_cast<uint64_t>(p.head_dim);
+  const CUtensorMapSwizzle qk_swizzle = d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  CUtensorMap q_map, k_map, v_map;
+  {
+    const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nq_pad), static_cast<uint64_t>(p.batch * p.heads_q)};
+    const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nq_pad)};
+    const uint32_t box[3] = {static_cast<uint32_t>(d), kBlockM, 1};
+    if (!make_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.q, dims, strides, box, qk_swizzle)) return -1;
+  }
+  {
+    const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nk_pad), static_cast<uint64_t>(p.batch * p.heads_kv)};
+    const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nk_pad)};
+    const uint32_t box[3] = {static_cast<uint32_t>(d), kBlockN, 1};
+    if (!make_map(&k_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.k, dims, strides, box, qk_swizzle)) return -1;
+  }
+  {
+    const uint64_t dims[4] = {d, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),
+                              static_cast<uint64_t>(p.batch)};
+    const uint64_t strides[3] = {static_cast<uint64_t>(p.v_stride_n) * 2, static_cast<uint64_t>(p.v_stride_h) * 2,
+                                 static_cast<uint64_t>(p.v_stride_b) * 2};
+    const uint32_t box[4] = {64, kBlockN, 1, 1};
+    const CUtensorMapDataType type = p.v_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    if (!make_map(&v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) return -1;
+  }
+  if (d == 128) {
+    return p.v_bf16 ? launch_out<128, true>(p, q_map, k_map, v_map, stream)
+                    : launch_out<128, false>(p, q_map, k_map, v_map, stream);
+  }
+  return p.v_bf16 ? launch_out<64, true>(p, q_map, k_map, v_map, stream)
+                  : launch_out<64, false>(p, q_map, k_map, v_map, stream);
+}
+
+}  // namespace sm90
+}  // namespace sage

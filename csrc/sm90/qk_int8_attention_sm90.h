@@ -1,0 +1,43 @@
+// Launcher interface of the hand-written Hopper (sm_90a) kernel of sage::qk_int8_attention, accurate mode:
+// INT8 Q.K^T on wgmma (s32.s8.s8), online softmax in base 2 with float32 statistics, P.V on wgmma in V's 16-bit
+// type with float32 accumulators, TMA loads. No ATen, no torch: raw pointers, int64 sizes and strides, a stream.
+// csrc/ops/gpu_sm90_attention.cpp fills the params from tensors. Numeric contract: docs/SEMANTICS.md "Attention
+// kernel" (the same as the CPU and Triton kernels, up to the order of float32 sums).
+#pragma once
+#include <cstdint>
+
+namespace sage {
+namespace sm90 {
+
+enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
+
+struct QKAttentionParams {
+  // Prologue outputs, contiguous: q_int8 [batch, heads_q, nq_pad, head_dim], q_scale [batch, heads_q,
+  // nq_pad / kBlockQ], k_int8 [batch, heads_kv, nk_pad, head_dim], k_scale [batch, heads_kv, nk_pad / kBlockK].
+  const int8_t* q;
+  const float* q_scale;
+  const int8_t* k;
+  const float* k_scale;
+  // V [batch, heads_kv, kv_len, head_dim] in element strides (last dim contiguous), float16 or bfloat16.
+  const void* v;
+  bool v_bf16;
+  int64_t v_stride_b, v_stride_h, v_stride_n;
+  // out [batch, heads_q, qo_len, head_dim] in element strides (last dim contiguous); lse [batch, heads_q, qo_len].
+  void* out;
+  OutType out_type;
+  int64_t o_stride_b, o_stride_h, o_stride_n;
+  float* lse;
+  int64_t batch, heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
+  int64_t head_dim;  // 64 or 128: the padded size equals the real one on this path
+  bool causal;       // upper-left aligned: key j is seen by query i when j <= i
+};
+
+// Why the kernel cannot take these params (nullptr when it can): head_dim, alignment, sizes the TMA cannot
+// address. The caller then uses another kernel.
+const char* qk_attention_unsupported(const QKAttentionParams& p);
+
+// 0 on success, else the CUDA runtime's error code (or -1 when a tensor map could not be encoded).
+int launch_qk_int8_attention(const QKAttentionParams& p, void* stream);
+
+}  // namespace sm90
+}  // namespace sage
