@@ -7,6 +7,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from conftest import assert_accurate, exact_attention, make_qkv
+from test_gpu_attention import check_query_beyond_2_to_the_31_elements
 
 pytestmark = pytest.mark.gpu
 
@@ -79,14 +80,7 @@ def test_strided_fused_qkv_matches_contiguous():
 
 
 def test_query_beyond_2_to_the_31_elements():
-    b, h, n, d = 1, 40, 420000, 128
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(b, h, 512, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(b, h, 512, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    out = run_sm90(lambda: torch.ops.sage.attention(q, k, v))
-    tail = slice(n - 300, n)
-    assert_accurate(out[:, -2:, tail], exact_attention(q[:, -2:, tail], k[:, -2:], v[:, -2:])[0], "fp16")
+    check_query_beyond_2_to_the_31_elements(run_sm90)
 
 
 def test_unsupported_calls_run_the_other_kernels():
