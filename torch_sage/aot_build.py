@@ -92,8 +92,8 @@ def kernel_set(arch: str) -> List[Spec]:
                              for n, t in _ATTN_TYPES.items()}
                     bm, bn, warps, stages = attention_config(arch, dp, fp8, fast)
                     const = {"BLOCK_M": bm, "BLOCK_N": bn, "QBLK": BLOCK_Q, "KBLK": BLOCK_K, "HEAD_DIM_PAD": dp,
-                             "MASK_D": not fast, "IS_CAUSAL": causal, "FP8": fp8, "P_SHIFT": ta.P_SHIFT_FP8 if fp8 else 0.0,
-                             "EMULATE": False}
+                             "MASK_D": not fast, "IS_CAUSAL": causal, "FP8": fp8,
+                             "P_SHIFT": ta.P_SHIFT_FP8 if fp8 else 0.0, "EMULATE": False}
                     aligned = _ATTN_ALIGNED + (_ATTN_FAST_ALIGNED if fast else ())
                     specs.append(Spec(attention_key(dp, causal, v, o, fast), "_qk_int8_attn_fwd", "ta", types, const,
                                       aligned, warps, stages, (bm, bn)))

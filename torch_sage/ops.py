@@ -49,7 +49,8 @@ def _quant_v_fp8_fake(v, tensor_layout):
 
 
 def _attention_outputs(q_like: Tensor, b, hq, nq, d, layout, dtype):
-    return q_like.new_empty(contract.layout_shape(b, hq, nq, d, layout), dtype=dtype), q_like.new_empty((b, hq, nq), dtype=torch.float32)
+    return (q_like.new_empty(contract.layout_shape(b, hq, nq, d, layout), dtype=dtype),
+            q_like.new_empty((b, hq, nq), dtype=torch.float32))
 
 
 @torch.library.register_fake("sage::qk_int8_attention")

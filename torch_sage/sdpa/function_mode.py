@@ -75,8 +75,8 @@ class SageSDPAMode(TorchFunctionMode):
     Eligible: no ``attn_mask`` (``is_causal`` is fine), ``dropout_p == 0``, no gradient needed (grad mode
     off, or no input requires grad), float16 / bfloat16 (float32 only with ``allow_fp32=True``: it is then
     computed as bfloat16, a precision an fp32 model may not expect), the same dtype and a CPU or CUDA/ROCm
-    device for q, k and v, head_dim 1..256 and the same for q, k and v, equal batch dimensions (3-D inputs are one head; more than 4 dimensions are
-    flattened into the batch), the same head count for q and k/v or ``enable_gqa=True`` with a multiple.
+    device for q, k and v, head_dim 1..256 and the same for q, k and v, equal batch dimensions (3-D inputs are
+    one head; more than 4 dimensions are flattened into the batch), the same head count for q and k/v or ``enable_gqa=True`` with a multiple.
     ``scale`` and ``is_causal`` (upper-left aligned, as SDPA) are honoured. Everything else calls SDPA.
 
     ``smooth_k`` and ``pv_mode`` are passed to the op (docs/SEMANTICS.md). ``stats`` (an ``SDPAStats``,
