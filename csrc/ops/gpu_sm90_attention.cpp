@@ -41,7 +41,12 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.causal = a.is_causal;
   if (sm90::qk_attention_unsupported(p) != nullptr) return false;
   const int err = sm90::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == 0, "sage::qk_int8_attention: the sm90 kernel failed to launch (error ", err, ")");
+  if (err == sm90::kNoTensorMap) {
+    TORCH_WARN_ONCE("sage: the sm90 kernel could not encode its TMA tensor maps (driver too old?); using the "
+                    "default kernels");
+    return false;
+  }
+  TORCH_CHECK(err == 0, "sage::qk_int8_attention: the sm90 kernel failed to launch (CUDA error ", err, ")");
   return true;
 }
 

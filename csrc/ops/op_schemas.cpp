@@ -52,5 +52,7 @@ TORCH_LIBRARY(sage, m) {
 
 // No op has a backward: a backward through any of them raises instead of returning a wrong gradient.
 TORCH_LIBRARY_IMPL(sage, Autograd, m) {
-  for (const char* schema : kSchemas) m.impl(op_name(schema).c_str(), torch::autograd::autogradNotImplementedFallback());
+  for (const char* schema : kSchemas) {
+    m.impl(op_name(schema).c_str(), torch::autograd::autogradNotImplementedFallback());
+  }
 }

@@ -82,6 +82,7 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps the compiler from moving reads or writes of an accumulator register across wgmma_fence / wgmma_wait.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(int32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
 // ---- shared-memory matrix descriptors ---------------------------------------------------------------------------
 

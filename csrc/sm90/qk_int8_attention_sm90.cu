@@ -17,6 +17,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "../contract.h"
 #include "ptx.h"
@@ -178,7 +179,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     mbar_arrive_expect_tx(&bars->q_full, Smem<D>::kQBytes);
     tma_load_3d(smem + Smem<D>::kQ, &q_map, &bars->q_full, 0, m0, bh);
-    for (int n = 0; n < kStages && n < n_blocks; ++n) load_kv<D>(smem, bars, &k_map, &v_map, n, n * kBlockN, bhk, hk, b);
+    for (int n = 0; n < kStages && n < n_blocks; ++n) {
+      load_kv<D>(smem, bars, &k_map, &v_map, n, n * kBlockN, bhk, hk, b);
+    }
   }
 
   // Thread (warp, lane) holds rows r0 = 16 * warp + lane / 4 and r0 + 8 of the tile; of each 8 columns, the pair
@@ -264,6 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(&bars->v_full[stage], parity);
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+#pragma unroll
+    for (int i = 0; i < kBlockN / 4; ++i) fence_operand(p[i]);  // the A fragment is written before the fence
     wgmma_fence();
     pv_tile<D, BF16>(o, p, smem_addr(smem + Smem<D>::kV + stage * Smem<D>::kVBytes));
     wgmma_commit();
@@ -278,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Epilogue: out = O / l; lse = (m + log2 l) ln 2; a row that saw no key gets 0 and -inf.
+  // Epilogue: out = O / l; lse = (m + log2 l) ln 2.
   Out* out = static_cast<Out*>(a.out) + b * a.o_stride_b + h * a.o_stride_h;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -287,16 +292,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = m0 + r0 + 8 * i;
     if (row >= a.qo_len) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = 1.0f / l;  // every row sees key 0 (kv_len >= 1); a NaN l stays NaN, as on the CPU
     Out* dst = out + static_cast<int64_t>(row) * a.o_stride_n;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       store_pair<Out>(dst + 8 * j + cq, o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
     }
     if (lane % 4 == 0) {
-      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = l > 0.0f ? (m_row[i] + log2f(l)) * 0.6931471805599453f : -kInf;
+      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = (m_row[i] + log2f(l)) * 0.6931471805599453f;
     }
   }
+#else
+  __trap();  // built without sm_90a: the host never launches it there (it dispatches on sm_90 only)
 #endif
 }
 
@@ -335,8 +342,20 @@ int launch(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorM
            cudaStream_t stream) {
   auto kernel = qk_int8_attention_kernel<D, BF16, Out, CAUSAL>;
   constexpr int smem = Smem<D>::kAllocBytes;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr != cudaSuccess) return static_cast<int>(attr);
+  // Above 48 KiB of dynamic shared memory needs the attribute, which is set per device.
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return static_cast<int>(err);
+  static std::mutex mutex;
+  static std::vector<bool> configured;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (static_cast<size_t>(device) >= configured.size()) configured.resize(device + 1, false);
+    if (!configured[device]) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (err != cudaSuccess) return static_cast<int>(err);
+      configured[device] = true;
+    }
+  }
   KernelArgs a;
   a.q_scale = p.q_scale;
   a.k_scale = p.k_scale;
@@ -406,13 +425,17 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nq_pad), static_cast<uint64_t>(p.batch * p.heads_q)};
     const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nq_pad)};
     const uint32_t box[3] = {static_cast<uint32_t>(d), kBlockM, 1};
-    if (!make_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.q, dims, strides, box, qk_swizzle)) return -1;
+    if (!make_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.q, dims, strides, box, qk_swizzle)) {
+      return kNoTensorMap;
+    }
   }
   {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nk_pad), static_cast<uint64_t>(p.batch * p.heads_kv)};
     const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nk_pad)};
     const uint32_t box[3] = {static_cast<uint32_t>(d), kBlockN, 1};
-    if (!make_map(&k_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.k, dims, strides, box, qk_swizzle)) return -1;
+    if (!make_map(&k_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.k, dims, strides, box, qk_swizzle)) {
+      return kNoTensorMap;
+    }
   }
   {
     const uint64_t dims[4] = {d, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),
@@ -421,7 +444,9 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
                                  static_cast<uint64_t>(p.v_stride_b) * 2};
     const uint32_t box[4] = {64, kBlockN, 1, 1};
     const CUtensorMapDataType type = p.v_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    if (!make_map(&v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) return -1;
+    if (!make_map(&v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) {
+      return kNoTensorMap;
+    }
   }
   if (d == 128) {
     return p.v_bf16 ? launch_out<128, true>(p, q_map, k_map, v_map, stream)

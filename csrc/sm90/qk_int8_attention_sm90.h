@@ -36,7 +36,10 @@ struct QKAttentionParams {
 // address. The caller then uses another kernel.
 const char* qk_attention_unsupported(const QKAttentionParams& p);
 
-// 0 on success, else the CUDA runtime's error code (or -1 when a tensor map could not be encoded).
+// launch_qk_int8_attention's result when a TMA tensor map could not be encoded (nothing was launched).
+constexpr int kNoTensorMap = -1;
+
+// 0 on success, kNoTensorMap, or the CUDA runtime's error code.
 int launch_qk_int8_attention(const QKAttentionParams& p, void* stream);
 
 }  // namespace sm90
