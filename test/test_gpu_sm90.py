@@ -1,4 +1,4 @@
-"""The hand-written Hopper kernel (csrc/sm90, accurate mode, SAGEATTN_SK1_SM90=1) on an sm_90 GPU: each test
+"""The hand-written Hopper kernel (csrc/sm90, both modes, SAGEATTN_SK1_SM90=1) on an sm_90 GPU: each test
 checks, with the profiler, that the sm90 kernel ran (not the Triton one), then the numbers: against the CPU kernel
 on the same quantized inputs, against float64 exact attention, and on the edges (odd lengths, causal with
 Nq != Nk, GQA, NHD views, float32 out, > 2^31 elements)."""
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from conftest import assert_accurate, exact_attention, make_qkv
-from test_gpu_attention import check_query_beyond_2_to_the_31_elements
+from conftest import accuracy, assert_accurate, exact_attention, make_qkv
+from test_gpu_attention import check_query_beyond_2_to_the_31_elements, e4m3_floor_l1
 
 pytestmark = pytest.mark.gpu
 
@@ -31,16 +31,29 @@ def run_sm90(fn):
 
 @pytest.mark.parametrize("layout", ["HND", "NHD"])
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mode", ["fp16", "fp8"])
 @pytest.mark.parametrize("nq,nk,causal", [(1, 1, False), (1, 300, True), (129, 65, True), (65, 129, True),
                                            (300, 1000, False), (333, 333, True), (1000, 300, True)])
-def test_matches_cpu_kernel(layout, d, nq, nk, causal):
+def test_matches_cpu_kernel(layout, d, mode, nq, nk, causal):
     q, k, v = make_qkv(2, 4, 2, nq, nk, d, dtype=torch.bfloat16, layout=layout, seed=nq + nk + d)
-    cpu_out, cpu_lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, True, "fp16")
+    cpu_out, cpu_lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, True, mode)
     out, lse = run_sm90(lambda: torch.ops.sage.attention_with_lse(q.cuda(), k.cuda(), v.cuda(), layout, causal,
-                                                                  None, True, "fp16"))
+                                                                  None, True, mode))
     scale = cpu_out.float().abs().max().item()
-    torch.testing.assert_close(out.cpu().float(), cpu_out.float(), atol=4e-3 * scale, rtol=4e-3)
+    tol = 2e-2 if mode == "fp8" else 4e-3
+    torch.testing.assert_close(out.cpu().float(), cpu_out.float(), atol=tol * scale, rtol=tol)
     torch.testing.assert_close(lse.cpu(), cpu_lse, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8, 2048, 2048, 128), (2, 4, 4, 1500, 1500, 64)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fast_mode_at_the_e4m3_floor(shape, dtype):
+    q, k, v = make_qkv(*shape, dtype=dtype, device="cuda", seed=sum(shape))
+    out = run_sm90(lambda: torch.ops.sage.attention(q, k, v, pv_mode="fp8"))
+    cos, l1 = accuracy(out, exact_attention(q, k, v)[0])
+    floor_cos, floor_l1 = e4m3_floor_l1(q, k, v, False)
+    assert torch.isfinite(out).all()
+    assert l1 <= 1.15 * floor_l1 and 1 - cos <= 1.3 * (1 - floor_cos), (cos, l1, floor_cos, floor_l1)
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 8, 2048, 2048, 128), (2, 4, 4, 1500, 1500, 64), (1, 8, 2, 1000, 3000, 128)])
@@ -84,6 +97,6 @@ def test_query_beyond_2_to_the_31_elements():
 
 
 def test_unsupported_calls_run_the_other_kernels():
-    # head_dim 80 (padded) and the fast mode stay on the precompiled Triton kernels, with the same results.
+    # head_dim 80 (padded) stays on the precompiled Triton kernels.
     q, k, v = make_qkv(1, 4, 4, 300, 300, 80, dtype=torch.float16, device="cuda", seed=2)
     assert_accurate(torch.ops.sage.attention(q, k, v), exact_attention(q, k, v)[0], "fp16")

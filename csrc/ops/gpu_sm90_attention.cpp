@@ -10,7 +10,7 @@
 namespace sage {
 
 bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse) {
-  if (a.fp8 || a.q_int8.size(3) != a.head_dim) return false;
+  if (a.q_int8.size(3) != a.head_dim) return false;
   const HeadView hv = head_view(a.v, a.hnd), ho = head_view(out, a.hnd);
   sm90::QKAttentionParams p{};
   p.q = a.q_int8.const_data_ptr<int8_t>();
@@ -18,7 +18,8 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.k = a.k_int8.const_data_ptr<int8_t>();
   p.k_scale = a.k_scale.const_data_ptr<float>();
   p.v = a.v.const_data_ptr();
-  p.v_bf16 = a.v.scalar_type() == at::kBFloat16;
+  p.v_type = a.fp8 ? sm90::VType::kFloat8
+                   : a.v.scalar_type() == at::kBFloat16 ? sm90::VType::kBFloat16 : sm90::VType::kFloat16;
   p.v_stride_b = hv.stride_b;
   p.v_stride_h = hv.stride_h;
   p.v_stride_n = hv.stride_n;
@@ -39,6 +40,12 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.nk_pad = a.k_int8.size(2);
   p.head_dim = a.head_dim;
   p.causal = a.is_causal;
+  at::Tensor workspace;
+  if (a.fp8) {
+    p.v_scale = a.v_scale->const_data_ptr<float>();
+    workspace = at::empty({sm90::qk_attention_workspace_bytes(p)}, a.v.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+  }
   if (sm90::qk_attention_unsupported(p) != nullptr) return false;
   const int err = sm90::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
   if (err == sm90::kNoTensorMap) {

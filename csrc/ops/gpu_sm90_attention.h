@@ -7,7 +7,7 @@
 
 namespace sage {
 
-// Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: accurate mode,
+// Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: either mode,
 // head_dim 64 or 128, TMA-compatible V. Returns false, having done nothing, when it does not.
 bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse);
 

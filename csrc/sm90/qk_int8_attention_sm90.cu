@@ -1,4 +1,4 @@
-// Hopper kernel of sage::qk_int8_attention, accurate mode (qk_int8_attention_sm90.h). Design (part 1 of the Hopper
+// Hopper kernel of sage::qk_int8_attention, both P.V modes (qk_int8_attention_sm90.h). Design (part 1 of the Hopper
 // work): one warpgroup (128 threads) per CTA of kBlockM = 64 query rows; thread 0 issues every TMA load; K and V
 // tiles of kBlockN = 128 keys in a two-stage ring, each stage with its own "full" mbarrier for K and for V, so that
 // Q.K^T of a block can start as soon as its K has landed. Loads (the producer part) and math (the consumer part)
@@ -6,13 +6,16 @@
 //
 // Per key block: S = Q.K^T on wgmma m64n128k32 s32.s8.s8 (both operands K-major in shared memory), scaled by the
 // block's q and k scales; online softmax in base 2 (row statistics in float32, rows shared by the 4 lanes of a
-// quad); P rounded to V's 16-bit type and fed from registers (the S accumulator layout is the A-fragment layout)
-// to wgmma m64n{64,128}k16 with V from shared memory as an MN-major B operand.
+// quad). Accurate mode: P rounded to V's 16-bit type and fed from registers (the S accumulator layout is the
+// A-fragment layout) to wgmma m64n{64,128}k16 with V from shared memory as an MN-major B operand. Fast mode: P as
+// e4m3 (times 448) from registers to wgmma m64n{64,128}k32 e4m3 with V^T (K-major; tokens permuted to match the
+// registers, written by transpose_v_fp8_kernel) into a fresh float32 accumulator per key block.
 #include "qk_int8_attention_sm90.h"
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -34,12 +37,13 @@ constexpr int kStages = 2;
 static_assert(kBlockQ % kBlockM == 0, "a CTA's rows share one q scale");
 static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
 
-template <int D>
+// FP8: V^T e4m3 [D][kBlockN] (one box, K-major for the fp8 wgmma); else V 16-bit as D / 64 boxes [kBlockN][64].
+template <int D, bool FP8>
 struct Smem {
   static constexpr int kQBytes = kBlockM * D;            // int8
   static constexpr int kKBytes = kBlockN * D;            // int8
-  static constexpr int kVBytes = kBlockN * D * 2;        // 16-bit, as D / 64 boxes of [kBlockN][64]
-  static constexpr int kVBoxBytes = kBlockN * 64 * 2;
+  static constexpr int kVBytes = kBlockN * D * (FP8 ? 1 : 2);
+  static constexpr int kVBoxBytes = FP8 ? kVBytes : kBlockN * 64 * 2;
   static constexpr int kAlign = 1024;                    // the 128B swizzle pattern repeats every 1024 bytes
   static constexpr int kQ = kAlign;                      // barriers live in the first 1024 bytes
   static constexpr int kK = kQ + kQBytes;
@@ -48,6 +52,9 @@ struct Smem {
   static constexpr int kAllocBytes = kBytes + kAlign;    // slack to align the dynamic base
   static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
 };
+
+// Fast mode: P is made as p * kFp8Max = exp2(s - m + log2(kFp8Max)), so that it fills e4m3's range (l sums it so).
+constexpr float kLog2Fp8Max = 8.807354922057604f;
 
 struct Barriers {
   uint64_t q_full;
@@ -59,6 +66,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Four float32 values as e4m3 (round to nearest even, saturating), a0 in the lowest byte.
+__device__ __forceinline__ uint32_t pack4_e4m3(float a0, float a1, float a2, float a3) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(a2, a3), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
 }
 
 template <bool BF16>
@@ -74,17 +88,22 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // ---- producer: thread 0 issues the loads --------------------------------------------------------------------------
 
-template <int D>
+template <int D, bool FP8>
 __device__ __forceinline__ void load_kv(uint8_t* smem, Barriers* bars, const CUtensorMap* k_map,
                                         const CUtensorMap* v_map, int stage, int n0, int bhk, int hk, int b) {
-  uint8_t* k_dst = smem + Smem<D>::kK + stage * Smem<D>::kKBytes;
-  mbar_arrive_expect_tx(&bars->k_full[stage], Smem<D>::kKBytes);
+  using L = Smem<D, FP8>;
+  uint8_t* k_dst = smem + L::kK + stage * L::kKBytes;
+  mbar_arrive_expect_tx(&bars->k_full[stage], L::kKBytes);
   tma_load_3d(k_dst, k_map, &bars->k_full[stage], 0, n0, bhk);
-  uint8_t* v_dst = smem + Smem<D>::kV + stage * Smem<D>::kVBytes;
-  mbar_arrive_expect_tx(&bars->v_full[stage], Smem<D>::kVBytes);
+  uint8_t* v_dst = smem + L::kV + stage * L::kVBytes;
+  mbar_arrive_expect_tx(&bars->v_full[stage], L::kVBytes);
+  if constexpr (FP8) {
+    tma_load_3d(v_dst, v_map, &bars->v_full[stage], n0, 0, bhk);  // V^T [bhk][D][keys]
+  } else {
 #pragma unroll
-  for (int c = 0; c < D / 64; ++c) {
-    tma_load_4d(v_dst + c * Smem<D>::kVBoxBytes, v_map, &bars->v_full[stage], c * 64, n0, hk, b);
+    for (int c = 0; c < D / 64; ++c) {
+      tma_load_4d(v_dst + c * L::kVBoxBytes, v_map, &bars->v_full[stage], c * 64, n0, hk, b);
+    }
   }
 }
 
@@ -122,6 +141,20 @@ __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[k
   }
 }
 
+// Fast mode: o_blk = P.V of one key block (a fresh accumulator: the fp8 wgmma keeps ~22 bits, so blocks are summed
+// in float32 outside it). V^T rows are head_dim, 128 keys each (one 128B-swizzled row), permuted in groups of 16
+// (transpose_v_fp8) so that register r of the A fragment holds the keys this thread's S accumulators hold.
+template <int D>
+__device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2], const uint32_t (&p)[kBlockN / 8], uint32_t vt_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 32; ++kk) {
+    const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+    const uint64_t desc = make_smem_desc(vt_addr + kk * 32, 16, 1024, Swizzle::k128B);
+    if constexpr (D == 128) wgmma_m64n128k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+    else wgmma_m64n64k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void store_pair(T* dst, float x, float y);
 template <>
@@ -140,20 +173,21 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 struct KernelArgs {
   const float* q_scale;
   const float* k_scale;
+  const float* v_scale;  // fast mode: [batch, heads_kv, head_dim]
   void* out;
   float* lse;
   int64_t o_stride_b, o_stride_h, o_stride_n;
   int heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
 };
 
-template <int D, bool BF16, typename Out, bool CAUSAL>
+template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 __global__ void __launch_bounds__(kThreads, 1)
     qk_int8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + Smem<D>::kAlign - 1) /
-                                             Smem<D>::kAlign * Smem<D>::kAlign);
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + Smem<D, FP8>::kAlign - 1) /
+                                             Smem<D, FP8>::kAlign * Smem<D, FP8>::kAlign);
   Barriers* bars = reinterpret_cast<Barriers*>(smem);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -177,10 +211,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (tid == 0) {
-    mbar_arrive_expect_tx(&bars->q_full, Smem<D>::kQBytes);
-    tma_load_3d(smem + Smem<D>::kQ, &q_map, &bars->q_full, 0, m0, bh);
+    mbar_arrive_expect_tx(&bars->q_full, Smem<D, FP8>::kQBytes);
+    tma_load_3d(smem + Smem<D, FP8>::kQ, &q_map, &bars->q_full, 0, m0, bh);
     for (int n = 0; n < kStages && n < n_blocks; ++n) {
-      load_kv<D>(smem, bars, &k_map, &v_map, n, n * kBlockN, bhk, hk, b);
+      load_kv<D, FP8>(smem, bars, &k_map, &v_map, n, n * kBlockN, bhk, hk, b);
     }
   }
 
@@ -196,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float m_row[2] = {-kInf, -kInf}, l_row[2] = {0.0f, 0.0f};  // l: this thread's partial sums (quad-reduced last)
 
-  const uint32_t q_addr = smem_addr(smem + Smem<D>::kQ);
+  const uint32_t q_addr = smem_addr(smem + Smem<D, FP8>::kQ);
   mbar_wait(&bars->q_full, 0);
 
   for (int n = 0; n < n_blocks; ++n) {
@@ -208,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int32_t s_acc[kBlockN / 2];
     mbar_wait(&bars->k_full[stage], parity);
     wgmma_fence();
-    qk_tile<D>(s_acc, q_addr, smem_addr(smem + Smem<D>::kK + stage * Smem<D>::kKBytes));
+    qk_tile<D>(s_acc, q_addr, smem_addr(smem + Smem<D, FP8>::kK + stage * Smem<D, FP8>::kKBytes));
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
@@ -237,7 +271,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // Online softmax; a row with no key yet keeps m = -inf and subtracts 0 instead.
-    uint32_t p[kBlockN / 4];
+    constexpr float kShift = FP8 ? kLog2Fp8Max : 0.0f;
+    float pf[kBlockN / 2];  // fast mode: p * kFp8Max, packed to e4m3 below
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float mx = m_row[i];
@@ -245,15 +280,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * i], sc[4 * j + 2 * i + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_use = mx == -kInf ? 0.0f : mx;
-      const float alpha = fast_exp2(m_row[i] - m_use);
+      const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
+      const float alpha = fast_exp2(m_row[i] - kShift - m_use);
       m_row[i] = mx;
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         const float p0 = fast_exp2(sc[4 * j + 2 * i] - m_use), p1 = fast_exp2(sc[4 * j + 2 * i + 1] - m_use);
         sum += p0 + p1;
-        p[2 * j + i] = pack2<BF16>(p0, p1);  // register 2 j + i holds (row r0 + 8 i, columns 8 j + cq, +1)
+        pf[4 * j + 2 * i] = p0;
+        pf[4 * j + 2 * i + 1] = p1;
       }
       l_row[i] = l_row[i] * alpha + sum;
 #pragma unroll
@@ -263,27 +299,66 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // O += P.V: the A fragment of k-slice kk is registers 4 kk .. 4 kk + 3 of p, as packed above.
     mbar_wait(&bars->v_full[stage], parity);
+    const uint32_t v_addr = smem_addr(smem + Smem<D, FP8>::kV + stage * Smem<D, FP8>::kVBytes);
+    if constexpr (FP8) {
+      // A fragment of k-slice kk (32 keys, j = 4 kk .. 4 kk + 3): register 4 kk + i holds row r0 + 8 i, columns
+      // 8 j + cq + {0, 1} of j = 4 kk, 4 kk + 1; register 4 kk + 2 + i those of j = 4 kk + 2, 4 kk + 3.
+      uint32_t p[kBlockN / 8];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+      for (int kk = 0; kk < kBlockN / 32; ++kk) {
 #pragma unroll
-    for (int i = 0; i < kBlockN / 4; ++i) fence_operand(p[i]);  // the A fragment is written before the fence
-    wgmma_fence();
-    pv_tile<D, BF16>(o, p, smem_addr(smem + Smem<D>::kV + stage * Smem<D>::kVBytes));
-    wgmma_commit();
-    wgmma_wait<0>();
+        for (int i = 0; i < 2; ++i) {
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+          for (int half = 0; half < 2; ++half) {
+            const int j = 4 * kk + 2 * half;
+            p[4 * kk + 2 * half + i] = pack4_e4m3(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1], pf[4 * (j + 1) + 2 * i],
+                                                  pf[4 * (j + 1) + 2 * i + 1]);
+          }
+        }
+      }
+      float o_blk[D / 2];
+#pragma unroll
+      for (int i = 0; i < kBlockN / 8; ++i) fence_operand(p[i]);
+      wgmma_fence();
+      pv_tile_fp8<D>(o_blk, p, v_addr);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) {
+        fence_operand(o_blk[i]);
+        o[i] += o_blk[i];
+      }
+    } else {
+      // A fragment of k-slice kk (16 keys): registers 4 kk .. 4 kk + 3, register 2 j + i holding row r0 + 8 i,
+      // columns 8 j + cq + {0, 1}.
+      uint32_t p[kBlockN / 4];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) p[2 * j + i] = pack2<BF16>(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1]);
+      }
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+#pragma unroll
+      for (int i = 0; i < kBlockN / 4; ++i) fence_operand(p[i]);  // the A fragment is written before the fence
+      wgmma_fence();
+      pv_tile<D, BF16>(o, p, v_addr);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+    }
 
     // Every warp is done with this stage: refill it with block n + kStages.
     __syncthreads();
     if (tid == 0 && n + kStages < n_blocks) {
-      load_kv<D>(smem, bars, &k_map, &v_map, stage, (n + kStages) * kBlockN, bhk, hk, b);
+      load_kv<D, FP8>(smem, bars, &k_map, &v_map, stage, (n + kStages) * kBlockN, bhk, hk, b);
     }
   }
 
-  // Epilogue: out = O / l; lse = (m + log2 l) ln 2.
+  // Epilogue: out = O / l; lse = (m + log2 l) ln 2 (l and O carry kFp8Max in the fast mode).
+  constexpr float kShift = FP8 ? kLog2Fp8Max : 0.0f;
   Out* out = static_cast<Out*>(a.out) + b * a.o_stride_b + h * a.o_stride_h;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -296,10 +371,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     Out* dst = out + static_cast<int64_t>(row) * a.o_stride_n;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      store_pair<Out>(dst + 8 * j + cq, o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+      float x = o[4 * j + 2 * i] * inv, y = o[4 * j + 2 * i + 1] * inv;
+      if constexpr (FP8) {  // l sums p * kFp8Max: out = acc * v_scale / l
+        const float* vs = a.v_scale + static_cast<int64_t>(bhk) * D + 8 * j + cq;
+        x *= vs[0];
+        y *= vs[1];
+      }
+      store_pair<Out>(dst + 8 * j + cq, x, y);
     }
     if (lane % 4 == 0) {
-      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = (m_row[i] + log2f(l)) * 0.6931471805599453f;
+      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = (m_row[i] + log2f(l) - kShift) * 0.6931471805599453f;
     }
   }
 #else
@@ -337,11 +418,39 @@ bool make_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, bool BF16, typename Out, bool CAUSAL>
+// Fast mode: v_fp8 [B, Hkv, N, D] (element strides) -> V^T [B * Hkv][D][nt] e4m3, nt = kv_len rounded up to
+// kBlockN, zero past kv_len, tokens permuted inside each group of 16: column 4 q + t holds token
+// 2 q + (t & 1) + 8 (t >> 1), the keys that lane q of a quad holds in its S accumulators (see pv_tile_fp8).
+template <int D>
+__global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,
+                                                              int64_t sb, int64_t sh, int64_t sn, int heads,
+                                                              int kv_len, int64_t nt) {
+  constexpr int kTokens = 64;
+  __shared__ uint8_t tile[kTokens][D + 4];
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTokens;
+  const int bhk = blockIdx.y, b = bhk / heads, h = bhk % heads;
+  const uint8_t* src = v + b * sb + h * sh;
+  for (int idx = threadIdx.x; idx < kTokens * D; idx += blockDim.x) {
+    const int t = idx / D, d = idx % D;
+    const int64_t key = n0 + t;
+    tile[t][d] = key < kv_len ? src[key * sn + d] : 0;
+  }
+  __syncthreads();
+  uint8_t* dst = vt + static_cast<int64_t>(bhk) * D * nt + n0;
+  for (int idx = threadIdx.x; idx < kTokens * D; idx += blockDim.x) {
+    const int d = idx / kTokens, col = idx % kTokens;
+    const int q = (col % 16) / 4, t = col % 4;
+    dst[static_cast<int64_t>(d) * nt + col] = tile[(col / 16) * 16 + 2 * q + (t & 1) + 8 * (t >> 1)][d];
+  }
+}
+
+int64_t vt_tokens(const QKAttentionParams& p) { return (p.kv_len + kBlockN - 1) / kBlockN * kBlockN; }
+
+template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 int launch(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtensorMap& v_map,
            cudaStream_t stream) {
-  auto kernel = qk_int8_attention_kernel<D, BF16, Out, CAUSAL>;
-  constexpr int smem = Smem<D>::kAllocBytes;
+  auto kernel = qk_int8_attention_kernel<D, BF16, Out, CAUSAL, FP8>;
+  constexpr int smem = Smem<D, FP8>::kAllocBytes;
   // Above 48 KiB of dynamic shared memory needs the attribute, which is set per device.
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return static_cast<int>(err);
@@ -359,6 +468,7 @@ int launch(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorM
   KernelArgs a;
   a.q_scale = p.q_scale;
   a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
   a.out = p.out;
   a.lse = p.lse;
   a.o_stride_b = p.o_stride_b;
@@ -376,23 +486,40 @@ int launch(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorM
   return static_cast<int>(cudaGetLastError());
 }
 
-template <int D, bool BF16>
+template <int D, bool BF16, bool FP8>
 int launch_out(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                const CUtensorMap& v_map, cudaStream_t stream) {
   switch (p.out_type) {
     case OutType::kFloat16:
-      return p.causal ? launch<D, BF16, __half, true>(p, q_map, k_map, v_map, stream)
-                      : launch<D, BF16, __half, false>(p, q_map, k_map, v_map, stream);
+      return p.causal ? launch<D, BF16, __half, true, FP8>(p, q_map, k_map, v_map, stream)
+                      : launch<D, BF16, __half, false, FP8>(p, q_map, k_map, v_map, stream);
     case OutType::kBFloat16:
-      return p.causal ? launch<D, BF16, __nv_bfloat16, true>(p, q_map, k_map, v_map, stream)
-                      : launch<D, BF16, __nv_bfloat16, false>(p, q_map, k_map, v_map, stream);
+      return p.causal ? launch<D, BF16, __nv_bfloat16, true, FP8>(p, q_map, k_map, v_map, stream)
+                      : launch<D, BF16, __nv_bfloat16, false, FP8>(p, q_map, k_map, v_map, stream);
     default:
-      return p.causal ? launch<D, BF16, float, true>(p, q_map, k_map, v_map, stream)
-                      : launch<D, BF16, float, false>(p, q_map, k_map, v_map, stream);
+      return p.causal ? launch<D, BF16, float, true, FP8>(p, q_map, k_map, v_map, stream)
+                      : launch<D, BF16, float, false, FP8>(p, q_map, k_map, v_map, stream);
+  }
+}
+
+template <int D>
+int launch_v(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map, const CUtensorMap& v_map,
+             cudaStream_t stream) {
+  switch (p.v_type) {
+    case VType::kFloat8:
+      return launch_out<D, false, true>(p, q_map, k_map, v_map, stream);
+    case VType::kBFloat16:
+      return launch_out<D, true, false>(p, q_map, k_map, v_map, stream);
+    default:
+      return launch_out<D, false, false>(p, q_map, k_map, v_map, stream);
   }
 }
 
 }  // namespace
+
+int64_t qk_attention_workspace_bytes(const QKAttentionParams& p) {
+  return p.v_type == VType::kFloat8 ? p.batch * p.heads_kv * p.head_dim * vt_tokens(p) : 0;
+}
 
 const char* qk_attention_unsupported(const QKAttentionParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return "head_dim is not 64 or 128";
@@ -402,9 +529,15 @@ const char* qk_attention_unsupported(const QKAttentionParams& p) {
   if (p.heads_q > 65535 || p.batch > 65535) return "grid y / z hold heads and batch";
   const auto misaligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
   // TMA: 16-byte aligned base and strides, strides below 2^40 bytes.
-  if (misaligned(p.q, 16) || misaligned(p.k, 16) || misaligned(p.v, 16)) return "a base address is not 16-byte aligned";
-  for (const int64_t s : {p.v_stride_b, p.v_stride_h, p.v_stride_n}) {
-    if (s <= 0 || (s * 2) % 16 != 0 || s * 2 >= (int64_t(1) << 40)) return "v's strides are not TMA strides";
+  if (misaligned(p.q, 16) || misaligned(p.k, 16)) return "a base address is not 16-byte aligned";
+  if (p.v_type == VType::kFloat8) {
+    if (p.v_scale == nullptr || p.workspace == nullptr || misaligned(p.workspace, 16)) return "fast mode buffers";
+    if (p.batch * p.heads_kv > 65535) return "grid y of the V transpose";
+  } else {
+    if (misaligned(p.v, 16)) return "v is not 16-byte aligned";
+    for (const int64_t s : {p.v_stride_b, p.v_stride_h, p.v_stride_n}) {
+      if (s <= 0 || (s * 2) % 16 != 0 || s * 2 >= (int64_t(1) << 40)) return "v's strides are not TMA strides";
+    }
   }
   // The epilogue stores column pairs.
   const int64_t out_bytes = p.out_type == OutType::kFloat32 ? 4 : 2;
@@ -437,23 +570,40 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
       return kNoTensorMap;
     }
   }
-  {
+  if (p.v_type == VType::kFloat8) {
+    const uint64_t nt = static_cast<uint64_t>(vt_tokens(p));
+    const uint64_t dims[3] = {nt, d, static_cast<uint64_t>(p.batch * p.heads_kv)};
+    const uint64_t strides[2] = {nt, d * nt};
+    const uint32_t box[3] = {kBlockN, static_cast<uint32_t>(d), 1};
+    if (!make_map(&v_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.workspace, dims, strides, box,
+                  CU_TENSOR_MAP_SWIZZLE_128B)) {
+      return kNoTensorMap;
+    }
+    const dim3 grid(static_cast<unsigned>(nt / 64), static_cast<unsigned>(p.batch * p.heads_kv));
+    const auto* v = static_cast<const uint8_t*>(p.v);
+    auto* vt = static_cast<uint8_t*>(p.workspace);
+    const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
+    if (d == 128) {
+      transpose_v_fp8_kernel<128><<<grid, 256, 0, stream>>>(v, vt, p.v_stride_b, p.v_stride_h, p.v_stride_n, heads,
+                                                            kv, static_cast<int64_t>(nt));
+    } else {
+      transpose_v_fp8_kernel<64><<<grid, 256, 0, stream>>>(v, vt, p.v_stride_b, p.v_stride_h, p.v_stride_n, heads,
+                                                           kv, static_cast<int64_t>(nt));
+    }
+    if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
+  } else {
     const uint64_t dims[4] = {d, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),
                               static_cast<uint64_t>(p.batch)};
     const uint64_t strides[3] = {static_cast<uint64_t>(p.v_stride_n) * 2, static_cast<uint64_t>(p.v_stride_h) * 2,
                                  static_cast<uint64_t>(p.v_stride_b) * 2};
     const uint32_t box[4] = {64, kBlockN, 1, 1};
-    const CUtensorMapDataType type = p.v_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const CUtensorMapDataType type =
+        p.v_type == VType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     if (!make_map(&v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) {
       return kNoTensorMap;
     }
   }
-  if (d == 128) {
-    return p.v_bf16 ? launch_out<128, true>(p, q_map, k_map, v_map, stream)
-                    : launch_out<128, false>(p, q_map, k_map, v_map, stream);
-  }
-  return p.v_bf16 ? launch_out<64, true>(p, q_map, k_map, v_map, stream)
-                  : launch_out<64, false>(p, q_map, k_map, v_map, stream);
+  return d == 128 ? launch_v<128>(p, q_map, k_map, v_map, stream) : launch_v<64>(p, q_map, k_map, v_map, stream);
 }
 
 }  // namespace sm90

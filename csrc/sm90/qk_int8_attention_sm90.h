@@ -1,6 +1,7 @@
-// Launcher interface of the hand-written Hopper (sm_90a) kernel of sage::qk_int8_attention, accurate mode:
-// INT8 Q.K^T on wgmma (s32.s8.s8), online softmax in base 2 with float32 statistics, P.V on wgmma in V's 16-bit
-// type with float32 accumulators, TMA loads. No ATen, no torch: raw pointers, int64 sizes and strides, a stream.
+// Launcher interface of the hand-written Hopper (sm_90a) kernel of sage::qk_int8_attention: INT8 Q.K^T on wgmma
+// (s32.s8.s8), online softmax in base 2 with float32 statistics, P.V on wgmma with float32 accumulators, in V's
+// 16-bit type (accurate mode) or in e4m3 with a per-channel V scale and a fresh accumulator per key block (fast
+// mode), TMA loads. No ATen, no torch: raw pointers, int64 sizes and strides, a stream.
 // csrc/ops/gpu_sm90_attention.cpp fills the params from tensors. Numeric contract: docs/SEMANTICS.md "Attention
 // kernel" (the same as the CPU and Triton kernels, up to the order of float32 sums).
 #pragma once
@@ -10,6 +11,7 @@ namespace sage {
 namespace sm90 {
 
 enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
+enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2 };  // kFloat8: float8_e4m3fn
 
 struct QKAttentionParams {
   // Prologue outputs, contiguous: q_int8 [batch, heads_q, nq_pad, head_dim], q_scale [batch, heads_q,
@@ -18,10 +20,14 @@ struct QKAttentionParams {
   const float* q_scale;
   const int8_t* k;
   const float* k_scale;
-  // V [batch, heads_kv, kv_len, head_dim] in element strides (last dim contiguous), float16 or bfloat16.
+  // V [batch, heads_kv, kv_len, head_dim] in element strides (last dim contiguous); fast mode: v_scale
+  // [batch, heads_kv, head_dim] float32 (sage::quant_v_fp8's outputs) and a workspace of
+  // qk_attention_workspace_bytes bytes (16-byte aligned) for V^T.
   const void* v;
-  bool v_bf16;
+  VType v_type;
   int64_t v_stride_b, v_stride_h, v_stride_n;
+  const float* v_scale;
+  void* workspace;
   // out [batch, heads_q, qo_len, head_dim] in element strides (last dim contiguous); lse [batch, heads_q, qo_len].
   void* out;
   OutType out_type;
@@ -31,6 +37,9 @@ struct QKAttentionParams {
   int64_t head_dim;  // 64 or 128: the padded size equals the real one on this path
   bool causal;       // upper-left aligned: key j is seen by query i when j <= i
 };
+
+// Bytes of workspace the call needs (0 in the accurate mode).
+int64_t qk_attention_workspace_bytes(const QKAttentionParams& p);
 
 // Why the kernel cannot take these params (nullptr when it can): head_dim, alignment, sizes the TMA cannot
 // address. The caller then uses another kernel.
