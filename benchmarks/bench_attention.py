@@ -38,13 +38,14 @@ def methods():
         "sage-fp8": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp8"),
     }
     if torch.cuda.get_device_capability() == (9, 0):
-        def sm90(q, k, v, c):  # the hand-written Hopper kernel (SAGEATTN_SK1_SM90=1), accurate mode
-            os.environ["SAGEATTN_SK1_SM90"] = "1"
-            try:
-                return torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp16")
-            finally:
-                del os.environ["SAGEATTN_SK1_SM90"]
-        m["sage-sm90-fp16"] = sm90
+        for mode in ("fp16", "fp8"):
+            def sm90(q, k, v, c, mode=mode):  # the hand-written Hopper kernel (SAGEATTN_SK1_SM90=1)
+                os.environ["SAGEATTN_SK1_SM90"] = "1"
+                try:
+                    return torch_sage.attention(q, k, v, is_causal=c, pv_mode=mode)
+                finally:
+                    del os.environ["SAGEATTN_SK1_SM90"]
+            m[f"sage-sm90-{mode}"] = sm90
     for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
         def run(q, k, v, c, backend=backend):
             with sdpa_kernel(backend):
