@@ -28,6 +28,6 @@ for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
   timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
 done
 if [ -n "${SAGE_MEMCHECK-1}" ]; then
-  timeout "$STEP" compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/gpu_memcheck.py --attention \
+  timeout "$STEP" compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/gpu_memcheck.py --attention --sm90 \
     > "$OUT/memcheck.log" 2>&1; echo "memcheck exit: $?"; tail -3 "$OUT/memcheck.log"
 fi
