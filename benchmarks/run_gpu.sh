@@ -3,6 +3,7 @@
 # Usage (GPU machine, repo root): bash benchmarks/run_gpu.sh
 #   SAGE_TESTS   pytest selection (default: test, the whole suite, as README's test command runs it),
 #   SAGE_BENCHES (default: bench_prologue bench_attention)
+#   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -27,7 +28,8 @@ grep -E "^torch_sage setup:" "$OUT/build.log"
 for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
   timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
 done
-if [ -n "${SAGE_MEMCHECK-1}" ]; then
-  timeout "$STEP" compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/gpu_memcheck.py --attention --sm90 \
-    > "$OUT/memcheck.log" 2>&1; echo "memcheck exit: $?"; tail -3 "$OUT/memcheck.log"
-fi
+# compute-sanitizer tools, one run each (default memcheck; e.g. SAGE_SANITIZERS="memcheck racecheck synccheck").
+for tool in ${SAGE_SANITIZERS-memcheck}; do
+  timeout "$STEP" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tools/gpu_memcheck.py --attention --sm90 \
+    > "$OUT/$tool.log" 2>&1; echo "$tool exit: $?"; tail -3 "$OUT/$tool.log"
+done
