@@ -99,6 +99,10 @@ BAD_INPUTS = [
 GPU_BAD_INPUTS = [
     ("cpu k among gpu inputs", "attention(q, k.cpu(), v)", RuntimeError, "same device"),
     ("gpu q among cpu inputs", "attention(q, k.cpu(), v.cpu())", RuntimeError, "same device"),
+    ("cpu v_scale among gpu inputs",
+     "a = torch.ops.sage.quant_qk_int8(q, k, 'HND', 0.125, False); v8, vs = torch.ops.sage.quant_v_fp8(v, 'HND'); "
+     "torch.ops.sage.qk_int8_attention(a[0], a[1], a[2], a[3], v8, vs.cpu(), 16, 'HND', False, torch.float16)",
+     RuntimeError, "must be on"),
 ]
 
 RUNNER = '''
@@ -119,7 +123,7 @@ for name, snippet in entries:
 def run_entries(entries, device):
     """{name: result} for (name, snippet) entries, run in as few child processes as crashes allow."""
     env = dict(os.environ, SAGE_BAD_INPUT_DEVICE=device)
-    for var in ("SAGEATTN_SK1_PROLOGUE", "SAGEATTN_SK1_GFX1200"):
+    for var in ("SAGEATTN_SK1_PROLOGUE", "SAGEATTN_SK1_GFX1200", "SAGEATTN_SK1_SM90"):
         env.pop(var, None)
     results, pending = {}, list(entries)
     while pending:

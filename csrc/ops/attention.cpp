@@ -63,7 +63,7 @@ AttentionArgs check_attention_args(const at::Tensor& q_int8, const at::Tensor& q
                     v_scale->sizes() == at::IntArrayRef({a.batch, a.heads_k, a.head_dim}),
                 "sage::qk_int8_attention: v_scale must be contiguous float32 [B, Hkv, D], got ", v_scale->sizes());
   }
-  for (const at::Tensor* t : {&q_scale, &k_int8, &k_scale, &v}) {
+  for (const at::Tensor* t : {&q_scale, &k_int8, &k_scale, &v, a.fp8 ? &*v_scale : &v}) {
     TORCH_CHECK(t->device() == q_int8.device(), "sage::qk_int8_attention: all inputs must be on ", q_int8.device(),
                 ", got one on ", t->device());
   }
