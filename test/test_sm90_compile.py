@@ -68,3 +68,50 @@ def test_sass_is_on_the_hopper_paths(compiled):
                    "HGMMA.64x128x16.F32.BF16", "QGMMA.64x64x32.F32.E4M3.E4M3", "QGMMA.64x128x32.F32.E4M3.E4M3",
                    "UTMALDG.3D", "UTMALDG.4D"}, ops
     assert not re.search(r"\b(LDL|STL)\b", sass)
+
+
+_HOST_PROGRAM = r"""
+#include <cstdio>
+#include "qk_int8_attention_sm90.h"
+using namespace sage::sm90;
+static void say(const QKAttentionParams& p) {
+  const char* why = qk_attention_unsupported(p);
+  std::printf("%s|%lld\n", why ? why : "ok", (long long)qk_attention_workspace_bytes(p));
+}
+int main() {
+  alignas(256) static char buf[1024];
+  float v_scale = 0.0f;
+  QKAttentionParams p{};  // 1 x 8 x 100 queries, 2 kv heads x 300 keys, head_dim 128, NHD V
+  p.q = reinterpret_cast<const int8_t*>(buf); p.k = p.q; p.v = buf; p.out = buf;
+  p.v_type = VType::kFloat16; p.out_type = OutType::kFloat16;
+  p.batch = 1; p.heads_q = 8; p.heads_kv = 2; p.qo_len = 100; p.kv_len = 300; p.nq_pad = 128; p.nk_pad = 320;
+  p.head_dim = 128; p.v_stride_b = 300 * 2 * 128; p.v_stride_h = 128; p.v_stride_n = 256;
+  p.o_stride_b = 8 * 100 * 128; p.o_stride_h = 128; p.o_stride_n = 1024;
+  say(p);
+  p.head_dim = 80; say(p);                                    // padded head_dim: not this kernel's
+  p.head_dim = 128; p.v_stride_n = 260; say(p);               // a token stride the TMA cannot take
+  p.v_stride_n = 256; p.v = buf + 2; say(p);                  // V not 16-byte aligned
+  p.v = buf; p.kv_len = 0; say(p);                            // no keys
+  p.kv_len = 300; p.v_type = VType::kFloat8; say(p);          // fast mode without its buffers
+  p.workspace = buf; p.v_scale = &v_scale; say(p);            // fast mode: V^T of 384 tokens
+  p.out = buf + 2; p.out_type = OutType::kFloat32; say(p);    // float32 pairs need 8-byte alignment
+}
+"""
+
+
+def test_host_side_takes_and_refuses_calls(tmp_path):
+    """qk_attention_unsupported / qk_attention_workspace_bytes are plain host code: run them without a GPU."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    (tmp_path / "main.cu").write_text(_HOST_PROGRAM)
+    exe = tmp_path / "main"
+    res = subprocess.run([nvcc, "-std=c++17", "-O1", "-gencode=arch=compute_90a,code=sm_90a", f"-I{SRC.parent}",
+                          str(tmp_path / "main.cu"), str(SRC), "-o", str(exe)], capture_output=True, text=True)
+    if res.returncode != 0 and "cuda_runtime" in res.stderr and "No such file" in res.stderr:
+        pytest.skip("nvcc without CUDA headers")
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines == ["ok|0", "head_dim is not 64 or 128|0", "v's strides are not TMA strides|0",
+                     "v is not 16-byte aligned|0", "no keys or no queries|0", "fast mode buffers|98304",
+                     f"ok|{1 * 2 * 128 * 384}", "out is not aligned for pair stores|98304"]
