@@ -8,7 +8,6 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..contract import MAX_HEAD_DIM  # noqa: F401  (re-exported: the head_dim limit both routes check)
 from ._compat import mark_constant_result
 
 HALF = (torch.float16, torch.bfloat16)

@@ -9,9 +9,9 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..contract import check_pv_mode
+from ..contract import MAX_HEAD_DIM, check_pv_mode
 from ._compat import destroy_library, impl_registry, original_kernel
-from ._shared import HALF, MAX_HEAD_DIM, SDPAStats, extra_reason, sage_hnd
+from ._shared import HALF, SDPAStats, extra_reason, sage_hnd
 
 FLASH_IMPL_NAME = "SAGE"
 

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..contract import check_pv_mode
+from ..contract import MAX_HEAD_DIM, check_pv_mode
 from ._compat import top_function_mode
-from ._shared import DEVICES, HALF, MAX_HEAD_DIM, SDPAStats, extra_reason, is_tracing, note, sage_hnd, stats_key
+from ._shared import DEVICES, HALF, SDPAStats, extra_reason, is_tracing, note, sage_hnd, stats_key
 
 
 def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
