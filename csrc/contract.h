@@ -11,6 +11,7 @@ constexpr int64_t kBlockQ = 128;  // query tokens per int8 block (one float32 sc
 constexpr int64_t kBlockK = 64;   // key tokens per int8 block
 constexpr int64_t kMaxHeadDim = 256;
 constexpr float kFp8Max = 448.0f;  // largest finite float8_e4m3fn
+constexpr double kLog2Fp8Max = 8.807354922057604;  // log2(kFp8Max): the fast mode makes p * kFp8Max as exp2(... + it)
 constexpr double kLog2e = 1.4426950408889634;  // scores are in base 2: q is scaled by sm_scale * log2(e)
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }

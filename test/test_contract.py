@@ -18,8 +18,11 @@ int main() {
   std::printf("{\"BLOCK_Q\": %lld, \"BLOCK_K\": %lld, \"MAX_HEAD_DIM\": %lld, \"FP8_MAX\": %.17g, \"LOG2E\": %.17g, ",
               (long long)sage::kBlockQ, (long long)sage::kBlockK, (long long)sage::kMaxHeadDim,
               (double)sage::kFp8Max, sage::kLog2e);
+  std::printf("\"LOG2_FP8_MAX\": %.17g, ", sage::kLog2Fp8Max);
   std::printf("\"padded\": [");
-  for (int d = 1; d <= sage::kMaxHeadDim; ++d) std::printf("%s%lld", d > 1 ? ", " : "", (long long)sage::padded_head_dim(d));
+  for (int d = 1; d <= sage::kMaxHeadDim; ++d) {
+    std::printf("%s%lld", d > 1 ? ", " : "", (long long)sage::padded_head_dim(d));
+  }
   std::printf("], \"round_up\": [");
   for (int n = 0; n <= 300; ++n) std::printf("%s%lld", n ? ", " : "", (long long)sage::round_up(n, sage::kBlockK));
   std::printf("]}\n");
@@ -39,7 +42,7 @@ def cpp_contract(tmp_path_factory):
 
 
 def test_cpp_and_python_contract_agree(cpp_contract):
-    for name in ("BLOCK_Q", "BLOCK_K", "MAX_HEAD_DIM", "FP8_MAX", "LOG2E"):
+    for name in ("BLOCK_Q", "BLOCK_K", "MAX_HEAD_DIM", "FP8_MAX", "LOG2E", "LOG2_FP8_MAX"):
         assert cpp_contract[name] == getattr(contract, name), name
     assert cpp_contract["padded"] == [contract.padded_head_dim(d) for d in range(1, contract.MAX_HEAD_DIM + 1)]
     assert cpp_contract["round_up"] == [contract.round_up(n, contract.BLOCK_K) for n in range(301)]
@@ -51,6 +54,7 @@ def test_python_contract_is_the_documented_one():
     import math
     assert (contract.BLOCK_Q, contract.BLOCK_K, contract.FP8_MAX) == (128, 64, 448.0)
     assert contract.LOG2E == 1 / math.log(2)
+    assert math.isclose(2 ** contract.LOG2_FP8_MAX, contract.FP8_MAX, rel_tol=1e-15)
     assert contract.bhnd((2, 3, 5, 7), "NHD") == (2, 5, 3, 7)
     assert contract.layout_shape(2, 5, 3, 7, "NHD") == (2, 3, 5, 7)
     with pytest.raises(ValueError, match="tensor_layout"):

@@ -27,7 +27,7 @@ from triton.compiler import ASTSource
 from . import triton_attention as ta
 from . import triton_quant as tq
 from .attention_configs import attention_config
-from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, HEAD_DIMS_PAD
+from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, HEAD_DIMS_PAD, LOG2_FP8_MAX
 # (V dtype, out dtype) of the attention kernel: accurate mode (V is the 16-bit input; float32 inputs are computed
 # as bfloat16 with a float32 out) and fast mode (fp8 V).
 ATTENTION_DTYPES = (("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"),
@@ -93,7 +93,7 @@ def kernel_set(arch: str) -> List[Spec]:
                     bm, bn, warps, stages = attention_config(arch, dp, fp8, fast)
                     const = {"BLOCK_M": bm, "BLOCK_N": bn, "QBLK": BLOCK_Q, "KBLK": BLOCK_K, "HEAD_DIM_PAD": dp,
                              "MASK_D": not fast, "IS_CAUSAL": causal, "FP8": fp8,
-                             "P_SHIFT": ta.P_SHIFT_FP8 if fp8 else 0.0, "EMULATE": False}
+                             "P_SHIFT": LOG2_FP8_MAX if fp8 else 0.0, "EMULATE": False}
                     aligned = _ATTN_ALIGNED + (_ATTN_FAST_ALIGNED if fast else ())
                     specs.append(Spec(attention_key(dp, causal, v, o, fast), "_qk_int8_attn_fwd", "ta", types, const,
                                       aligned, warps, stages, (bm, bn)))

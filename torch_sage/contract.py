@@ -4,6 +4,7 @@ Block sizes, head-dim padding, the [B, H, N, D] view of either layout, the shape
 maximum and log2(e). The C++ side defines the same rules once in csrc/contract.h; test/test_contract.py compiles
 that header and checks that both agree. Torch-free, so the build (aot_build.py) and the Triton kernels read it too.
 """
+import math
 from typing import Sequence, Tuple
 
 BLOCK_Q = 128  # query tokens per int8 block (one float32 scale each)
@@ -11,6 +12,7 @@ BLOCK_K = 64  # key tokens per int8 block
 MAX_HEAD_DIM = 256
 HEAD_DIMS_PAD = (64, 128, 256)  # the head_dim sizes the kernels are built for
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
+LOG2_FP8_MAX = math.log2(FP8_MAX)  # the fast mode makes p * FP8_MAX as exp2(s - m + LOG2_FP8_MAX)
 LOG2E = 1.4426950408889634  # scores are computed in base 2: q is scaled by sm_scale * log2(e)
 LAYOUTS = ("HND", "NHD")
 

@@ -14,7 +14,6 @@ BLOCK_N tokens for the online softmax): results agree within rounding, not bit f
 
 Configuration comes from a fixed table (torch_sage/attention_configs.py), never from autotuning in the call path.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -23,11 +22,8 @@ import triton.language as tl
 
 from . import arch as _arch
 from .attention_configs import attention_config
-from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, MAX_HEAD_DIM, bhnd, bhnd_strides, layout_shape, padded_head_dim, \
-    round_up
-
-# Fast mode makes p * FP8_MAX as exp2(s - m + P_SHIFT); the kernels take P_SHIFT as a constexpr argument.
-P_SHIFT_FP8 = math.log2(FP8_MAX)
+from .contract import BLOCK_K, BLOCK_Q, LOG2_FP8_MAX, MAX_HEAD_DIM, bhnd, bhnd_strides, layout_shape, \
+    padded_head_dim, round_up
 
 
 @triton.jit
@@ -223,10 +219,9 @@ def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad
     """head_dim == head_dim_pad, V's and out's rows 16-byte aligned and their strides 32-bit: the kernel variant
     without head_dim masks, with divisibility hints (the C++ launcher of the precompiled kernels applies the same
     rule)."""
-    def strides(t):
-        return bhnd_strides(t.stride(), layout)
     return (head_dim == head_dim_pad and v.data_ptr() % 16 == 0
-            and all(s % 16 == 0 and s < 2**31 for s in strides(v) + strides(out)))
+            and all(s % 16 == 0 and s < 2**31
+                    for s in bhnd_strides(v.stride(), layout) + bhnd_strides(out.stride(), layout)))
 
 
 def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, layout, out_dtype):
@@ -286,24 +281,23 @@ def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8
     lse = torch.empty((b, hq, qo_len), dtype=torch.float32, device=v.device)
     if lse.numel() == 0:
         return out, lse
-    def strides(t):
-        return bhnd_strides(t.stride(), tensor_layout)
-
     arch = _arch.device_arch(v.device)
     aligned = fast_variant(v, out, d, dp, tensor_layout)
     block_m, block_n, num_warps, num_stages = config or attention_config(arch, dp, fp8, aligned)
-    if strides(v)[2] * block_n >= 2**31:  # tile offsets are 32-bit (block bases are 64-bit): repack a huge-strided v
+    # Tile offsets are 32-bit (block bases are 64-bit): repack a V with a huge token stride.
+    if bhnd_strides(v.stride(), tensor_layout)[2] * block_n >= 2**31:
         v = v.contiguous()
         aligned = fast_variant(v, out, d, dp, tensor_layout)
         block_m, block_n, num_warps, num_stages = config or attention_config(arch, dp, fp8, aligned)
-    (s_vb, s_vh, s_vn), (s_ob, s_oh, s_on) = strides(v), strides(out)
+    s_vb, s_vh, s_vn = bhnd_strides(v.stride(), tensor_layout)
+    s_ob, s_oh, s_on = bhnd_strides(out.stride(), tensor_layout)
     grid = (triton.cdiv(qo_len, block_m), hq, b)
     _qk_int8_attn_fwd[grid](
         q_int8, q_scale, k_int8, k_scale, v, v_scale if fp8 else q_scale, out, lse,
         s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
         hq, hkv, qo_len, kv_len, q_int8.size(2), k_int8.size(2), d,
         BLOCK_M=block_m, BLOCK_N=block_n, QBLK=BLOCK_Q, KBLK=BLOCK_K, HEAD_DIM_PAD=dp, MASK_D=not aligned,
-        IS_CAUSAL=bool(is_causal), FP8=fp8, P_SHIFT=P_SHIFT_FP8 if fp8 else 0.0,
+        IS_CAUSAL=bool(is_causal), FP8=fp8, P_SHIFT=LOG2_FP8_MAX if fp8 else 0.0,  # fast mode: p * FP8_MAX
         EMULATE=not isinstance(_qk_int8_attn_fwd, triton.runtime.JITFunction),  # TRITON_INTERPRET: _round_rne
         num_warps=num_warps, num_stages=num_stages)
     return out, lse

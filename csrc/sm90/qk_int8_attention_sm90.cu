@@ -53,8 +53,6 @@ struct Smem {
   static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
 };
 
-// Fast mode: P is made as p * kFp8Max = exp2(s - m + log2(kFp8Max)), so that it fills e4m3's range (l sums it so).
-constexpr float kLog2Fp8Max = 8.807354922057604f;
 
 struct Barriers {
   uint64_t q_full;
@@ -224,6 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float q_scale = a.q_scale[static_cast<int64_t>(bh) * (a.nq_pad / kBlockQ) + m0 / kBlockQ];
   const float* k_scales = a.k_scale + static_cast<int64_t>(bhk) * (a.nk_pad / kBlockK);
   const float kInf = __int_as_float(0x7f800000);
+  // Fast mode: P is made as p * kFp8Max = exp2(s - m + kShift), so that it fills e4m3's range (l sums it so).
+  constexpr float kShift = FP8 ? static_cast<float>(kLog2Fp8Max) : 0.0f;
 
   float o[D / 2];
 #pragma unroll
@@ -271,7 +271,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // Online softmax; a row with no key yet keeps m = -inf and subtracts 0 instead.
-    constexpr float kShift = FP8 ? kLog2Fp8Max : 0.0f;
     float pf[kBlockN / 2];  // fast mode: p * kFp8Max, packed to e4m3 below
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -358,7 +357,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Epilogue: out = O / l; lse = (m + log2 l) ln 2 (l and O carry kFp8Max in the fast mode).
-  constexpr float kShift = FP8 ? kLog2Fp8Max : 0.0f;
   Out* out = static_cast<Out*>(a.out) + b * a.o_stride_b + h * a.o_stride_h;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
