@@ -6,7 +6,7 @@ attention (first head, first 1024 queries); writes a CSV and a PNG plot. Short c
 one call at a time with the host included. Then the attention kernel alone, precompiled (C++ launch) against
 Triton's JIT of the same source, and the first call in a fresh process with an empty Triton cache.
 
-python benchmarks/bench_attention.py [--out DIR] [--quick]
+python benchmarks/bench_attention.py [--out DIR] [--quick] [--methods sage-sm90,sage-auto]
 """
 import argparse
 import csv
@@ -121,8 +121,13 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=".")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    p.add_argument("--methods", help="comma-separated name prefixes to time (sdpa-cudnn, the reference, always); "
+                   "with it, the kernel-alone and first-call parts are left out")
     args = p.parse_args()
     ms = methods()
+    if args.methods:
+        keep = tuple(args.methods.split(","))
+        ms = {name: fn for name, fn in ms.items() if name.startswith(keep) or name == "sdpa-cudnn"}
     rows = []
     header = f"{'B,H,N,D,causal':24s}{'method':>21s}{'ms':>10s}{'TOPS':>8s}{'/cuDNN':>8s}{'cosine':>10s}{'rel L1':>9s}"
     print(header)
@@ -153,8 +158,9 @@ def main():
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; "
           "short calls: wall time per call, host included")
-    print(kernel_aot_vs_jit(args.quick))
-    print(first_call_seconds())
+    if not args.methods:
+        print(kernel_aot_vs_jit(args.quick))
+        print(first_call_seconds())
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_attention.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

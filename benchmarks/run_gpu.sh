@@ -5,7 +5,8 @@
 # benchmarks and sanitizers in the next (made at once, the machine is still warm and the build is reused), e.g.
 #   SAGE_BENCHES="" SAGE_SANITIZERS="" bash benchmarks/run_gpu.sh   then   SAGE_TESTS="" bash benchmarks/run_gpu.sh
 #   SAGE_TESTS   pytest selection (default: test, the whole suite, as README's test command runs it; "" for none),
-#   SAGE_BENCHES (default: bench_prologue bench_attention)
+#   SAGE_BENCHES (default: bench_prologue bench_attention); SAGE_BENCH_ARGS, more arguments for each, e.g.
+#   "--methods sage-sm90" (bench_attention: those rows and cuDNN's only)
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
 set -uo pipefail
@@ -31,7 +32,7 @@ if [ -n "${SAGE_TESTS-test}" ]; then
 fi
 grep -E "^torch_sage setup:" "$OUT/build.log"
 for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
-  timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
+  timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" ${SAGE_BENCH_ARGS-} > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
 done
 # compute-sanitizer tools, one run each (default memcheck; e.g. SAGE_SANITIZERS="memcheck racecheck synccheck").
 for tool in ${SAGE_SANITIZERS-memcheck}; do
