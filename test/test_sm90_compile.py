@@ -52,7 +52,11 @@ def test_no_spills_and_registers_recorded(compiled):
     # attention: D (2) x V dtype (fp16, bf16, e4m3) x out dtype (3) x causal (2); the fast mode's V transpose (2)
     assert len(kernels) == 38 and len(usage) == 38 and len(regs) == 38
     assert all(s == ("0", "0") for s in usage), usage
-    assert max(regs) <= 255
+    # The occupancy the kernel is tuned for (docs/FINDINGS.md F18): four CTAs of 128 threads an SM at head_dim 64
+    # (<= 128 registers), three at 128 (<= 168).
+    for name, r in zip(kernels, regs):
+        if "attention_kernel" in name:
+            assert r <= (128 if "kernelILi64E" in name else 168), (name, r)
     assert "warning" not in log.lower(), log  # e.g. wgmma serialised by ptxas
 
 

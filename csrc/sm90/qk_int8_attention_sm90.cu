@@ -1,8 +1,9 @@
 // Hopper kernel of sage::qk_int8_attention, both P.V modes (qk_int8_attention_sm90.h). Design (part 1 of the Hopper
-// work): one warpgroup (128 threads) per CTA of kBlockM = 64 query rows; thread 0 issues every TMA load; K and V
-// tiles of kBlockN = 128 keys in a two-stage ring, each stage with its own "full" mbarrier for K and for V, so that
-// Q.K^T of a block can start as soon as its K has landed. Loads (the producer part) and math (the consumer part)
-// are separate functions, ready for warp specialization.
+// work): one warpgroup (128 threads) per CTA of kBlockM = 64 query rows, three CTAs an SM (at most 168 registers a
+// thread and 74 KiB of shared memory), whose softmax and wgmma interleave; thread 0 issues every TMA load. K tiles of
+// kBlockN = 128 keys in a two-stage ring, V in two stages or one (Smem), each stage with its own "full" mbarrier, so
+// that Q.K^T of a block starts as soon as its K has landed; a stage is refilled once every warp is past the wgmma
+// that read it. Loads (the producer part) and math (the consumer part) are separate functions.
 //
 // Per key block: S = Q.K^T on wgmma m64n128k32 s32.s8.s8 (both operands K-major in shared memory), scaled by the
 // block's q and k scales; online softmax in base 2 (row statistics in float32, rows shared by the 4 lanes of a
@@ -20,6 +21,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "../contract.h"
@@ -33,13 +35,15 @@ namespace {
 constexpr int kBlockM = 64;    // query rows per CTA: one wgmma M
 constexpr int kBlockN = 128;   // keys per iteration: two k-scale blocks
 constexpr int kThreads = 128;  // one warpgroup
-constexpr int kStages = 2;
+constexpr int kStages = 2;     // K tiles in flight
 static_assert(kBlockQ % kBlockM == 0, "a CTA's rows share one q scale");
 static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
 
 // FP8: V^T e4m3 [D][kBlockN] (one box, K-major for the fp8 wgmma); else V 16-bit as D / 64 boxes [kBlockN][64].
+// 16-bit V at head_dim 128 has one stage: 74 KiB a CTA, so that three CTAs share an SM (two stages: 106 KiB, two).
 template <int D, bool FP8>
 struct Smem {
+  static constexpr int kVStages = !FP8 && D == 128 ? 1 : kStages;
   static constexpr int kQBytes = kBlockM * D;            // int8
   static constexpr int kKBytes = kBlockN * D;            // int8
   static constexpr int kVBytes = kBlockN * D * (FP8 ? 1 : 2);
@@ -48,7 +52,7 @@ struct Smem {
   static constexpr int kQ = kAlign;                      // barriers live in the first 1024 bytes
   static constexpr int kK = kQ + kQBytes;
   static constexpr int kV = kK + kStages * kKBytes;
-  static constexpr int kBytes = kV + kStages * kVBytes;
+  static constexpr int kBytes = kV + kVStages * kVBytes;
   static constexpr int kAllocBytes = kBytes + kAlign;    // slack to align the dynamic base
   static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
 };
@@ -87,12 +91,17 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // ---- producer: thread 0 issues the loads --------------------------------------------------------------------------
 
 template <int D, bool FP8>
-__device__ __forceinline__ void load_kv(uint8_t* smem, Barriers* bars, const CUtensorMap* k_map,
-                                        const CUtensorMap* v_map, int stage, int n0, int bhk, int hk, int b) {
+__device__ __forceinline__ void load_k(uint8_t* smem, Barriers* bars, const CUtensorMap* k_map, int stage, int n0,
+                                       int bhk) {
   using L = Smem<D, FP8>;
-  uint8_t* k_dst = smem + L::kK + stage * L::kKBytes;
   mbar_arrive_expect_tx(&bars->k_full[stage], L::kKBytes);
-  tma_load_3d(k_dst, k_map, &bars->k_full[stage], 0, n0, bhk);
+  tma_load_3d(smem + L::kK + stage * L::kKBytes, k_map, &bars->k_full[stage], 0, n0, bhk);
+}
+
+template <int D, bool FP8>
+__device__ __forceinline__ void load_v(uint8_t* smem, Barriers* bars, const CUtensorMap* v_map, int stage, int n0,
+                                       int bhk, int hk, int b) {
+  using L = Smem<D, FP8>;
   uint8_t* v_dst = smem + L::kV + stage * L::kVBytes;
   mbar_arrive_expect_tx(&bars->v_full[stage], L::kVBytes);
   if constexpr (FP8) {
@@ -178,14 +187,120 @@ struct KernelArgs {
   int heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
 };
 
+// CTAs an SM that the register budget is held to (168 registers a thread for three, 128 for four); shared memory
+// allows as many (Smem).
+template <int D>
+constexpr int kCtasPerSm = D == 64 ? 4 : 3;
+
+template <bool FP8>
+constexpr int kPRegs = FP8 ? kBlockN / 8 : kBlockN / 4;  // P's A fragment: 4 e4m3 or 2 16-bit values a register
+
+// The online softmax of the rows a thread holds (row and row + 8 of the tile), one key block at a time.
+template <bool BF16, bool CAUSAL, bool FP8>
+struct OnlineSoftmax {
+  // Fast mode: P is made as p * kFp8Max = exp2(s - m + kShift), so that it fills e4m3's range (l sums it so).
+  static constexpr float kShift = FP8 ? static_cast<float>(kLog2Fp8Max) : 0.0f;
+  float m_row[2], l_row[2];  // l: this thread's partial sums (quad-reduced in the epilogue)
+  float q_scale;             // carries sm_scale * log2 e: scores come out in base 2
+  const float* k_scales;
+  int kv_len, nk_pad, row;
+
+  // Block n from its scores s: updates m_row / l_row, gives P (as the A fragment of P.V) and the rows'
+  // alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal build masks
+  // (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
+  template <bool MASKED>
+  __device__ __forceinline__ void block(const int n, const int32_t (&s)[kBlockN / 2], const int cq,
+                                        uint32_t (&p)[kPRegs<FP8>], float (&alpha)[2]) {
+    const float kInf = __int_as_float(0x7f800000);
+    const int n0 = n * kBlockN;
+    // Scores in base 2 are x * mul, one mul per k-scale half of the block. Unmasked: x is the integer dot product,
+    // mul the scales, and the max is taken on x (mul > 0 keeps the order, rounding too). Masked: x is already
+    // scaled, -inf past kv_len and above the diagonal, and mul is 1.
+    const float scale0 = q_scale * k_scales[n0 / kBlockK];
+    const float scale1 = n0 + kBlockK < nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f;
+    const float mul0 = MASKED ? 1.0f : scale0, mul1 = MASKED ? 1.0f : scale1;
+    float x[kBlockN / 2];
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = 4 * j + 2 * i + c;
+          float v = static_cast<float>(s[r]);
+          if constexpr (MASKED) {
+            v *= j < kBlockN / 16 ? scale0 : scale1;
+            const int col = n0 + 8 * j + cq + c;
+            if (col >= kv_len || (CAUSAL && col > row + 8 * i)) v = -kInf;
+          }
+          x[r] = v;
+        }
+      }
+    }
+    // A row with no key yet keeps m = -inf and subtracts 0 instead.
+    float pf[kBlockN / 2];  // fast mode: p * kFp8Max
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx0 = -kInf, mx1 = -kInf;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 16; ++j) {
+        mx0 = fmaxf(mx0, fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(x[4 * (j + kBlockN / 16) + 2 * i], x[4 * (j + kBlockN / 16) + 2 * i + 1]));
+      }
+      float mx = fmaxf(m_row[i], fmaxf(mx0 * mul0, mx1 * mul1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
+      alpha[i] = fast_exp2(m_row[i] - kShift - m_use);
+      m_row[i] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const float mul = j < kBlockN / 16 ? mul0 : mul1;
+        const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul, -m_use));
+        const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul, -m_use));
+        sum += p0 + p1;
+        pf[4 * j + 2 * i] = p0;
+        pf[4 * j + 2 * i + 1] = p1;
+      }
+      l_row[i] = l_row[i] * alpha[i] + sum;
+    }
+    if constexpr (FP8) {
+      // A fragment of k-slice kk (32 keys, j = 4 kk .. 4 kk + 3): register 4 kk + i holds row r0 + 8 i, columns
+      // 8 j + cq + {0, 1} of j = 4 kk, 4 kk + 1; register 4 kk + 2 + i those of j = 4 kk + 2, 4 kk + 3.
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 32; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int j = 4 * kk + 2 * half;
+            p[4 * kk + 2 * half + i] = pack4_e4m3(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1], pf[4 * (j + 1) + 2 * i],
+                                                  pf[4 * (j + 1) + 2 * i + 1]);
+          }
+        }
+      }
+    } else {
+      // A fragment of k-slice kk (16 keys): registers 4 kk .. 4 kk + 3, register 2 j + i holding row r0 + 8 i,
+      // columns 8 j + cq + {0, 1}.
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) p[2 * j + i] = pack2<BF16>(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1]);
+      }
+    }
+  }
+};
+
 template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     qk_int8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Smem<D, FP8>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + Smem<D, FP8>::kAlign - 1) /
-                                             Smem<D, FP8>::kAlign * Smem<D, FP8>::kAlign);
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + L::kAlign - 1) / L::kAlign *
+                                             L::kAlign);
   Barriers* bars = reinterpret_cast<Barriers*>(smem);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -209,10 +324,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (tid == 0) {
-    mbar_arrive_expect_tx(&bars->q_full, Smem<D, FP8>::kQBytes);
-    tma_load_3d(smem + Smem<D, FP8>::kQ, &q_map, &bars->q_full, 0, m0, bh);
+    mbar_arrive_expect_tx(&bars->q_full, L::kQBytes);
+    tma_load_3d(smem + L::kQ, &q_map, &bars->q_full, 0, m0, bh);
     for (int n = 0; n < kStages && n < n_blocks; ++n) {
-      load_kv<D, FP8>(smem, bars, &k_map, &v_map, n, n * kBlockN, bhk, hk, b);
+      load_k<D, FP8>(smem, bars, &k_map, n, n * kBlockN, bhk);
+      if (n < L::kVStages) load_v<D, FP8>(smem, bars, &v_map, n, n * kBlockN, bhk, hk, b);
     }
   }
 
@@ -222,137 +338,79 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float q_scale = a.q_scale[static_cast<int64_t>(bh) * (a.nq_pad / kBlockQ) + m0 / kBlockQ];
   const float* k_scales = a.k_scale + static_cast<int64_t>(bhk) * (a.nk_pad / kBlockK);
   const float kInf = __int_as_float(0x7f800000);
-  // Fast mode: P is made as p * kFp8Max = exp2(s - m + kShift), so that it fills e4m3's range (l sums it so).
-  constexpr float kShift = FP8 ? static_cast<float>(kLog2Fp8Max) : 0.0f;
 
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float m_row[2] = {-kInf, -kInf}, l_row[2] = {0.0f, 0.0f};  // l: this thread's partial sums (quad-reduced last)
 
-  const uint32_t q_addr = smem_addr(smem + Smem<D, FP8>::kQ);
+  const uint32_t q_addr = smem_addr(smem + L::kQ);
   mbar_wait(&bars->q_full, 0);
 
-  for (int n = 0; n < n_blocks; ++n) {
-    const int stage = n % kStages;
-    const uint32_t parity = (n / kStages) & 1;
-    const int n0 = n * kBlockN;
+  // Blocks before n_full need no mask: they end at or before kv_len and (causal) at or before the tile's first row.
+  const int n_full = min(a.kv_len / kBlockN, CAUSAL ? (m0 + 1) / kBlockN : n_blocks);
 
-    // S = Q.K^T
+  OnlineSoftmax<BF16, CAUSAL, FP8> softmax{{-kInf, -kInf}, {0.0f, 0.0f}, q_scale, k_scales, a.kv_len, a.nk_pad,
+                                           m0 + r0};
+  // One block after the other: Q.K^T, softmax, P.V. (Issuing block n + 1's Q.K^T before block n's P.V, to run
+  // the softmax beside it, needs a second S and P register set: 224-255 registers, two CTAs an SM instead of
+  // three, and it measured slower; docs/FINDINGS.md F18.) The other CTAs on the SM fill the tensor cores meanwhile.
+  for (int n = 0; n < n_blocks; ++n) {
     int32_t s_acc[kBlockN / 2];
-    mbar_wait(&bars->k_full[stage], parity);
+    uint32_t p[kPRegs<FP8>];
+    float alpha[2];
+    const int k_stage = n % kStages;
+    mbar_wait(&bars->k_full[k_stage], (n / kStages) & 1);
     wgmma_fence();
-    qk_tile<D>(s_acc, q_addr, smem_addr(smem + Smem<D, FP8>::kK + stage * Smem<D, FP8>::kKBytes));
+    qk_tile<D>(s_acc, q_addr, smem_addr(smem + L::kK + k_stage * L::kKBytes));
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
-
-    // Scores in base 2 (the q scale carries sm_scale * log2 e), masked past kv_len and above the diagonal.
-    const float scale0 = q_scale * k_scales[n0 / kBlockK];
-    const float scale1 = n0 + kBlockK < a.nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f;
-    float sc[kBlockN / 2];
-    const bool masked = n0 + kBlockN > a.kv_len || (CAUSAL && n0 + kBlockN > m0 + 1);
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int r = 4 * j + 2 * i + c;
-          float v = static_cast<float>(s_acc[r]) * (j < kBlockN / 16 ? scale0 : scale1);
-          if (masked) {
-            const int col = n0 + 8 * j + cq + c, row = m0 + r0 + 8 * i;
-            if (col >= a.kv_len || (CAUSAL && col > row)) v = -kInf;
-          }
-          sc[r] = v;
-        }
-      }
-    }
-
-    // Online softmax; a row with no key yet keeps m = -inf and subtracts 0 instead.
-    float pf[kBlockN / 2];  // fast mode: p * kFp8Max, packed to e4m3 below
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = m_row[i];
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * i], sc[4 * j + 2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
-      const float alpha = fast_exp2(m_row[i] - kShift - m_use);
-      m_row[i] = mx;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        const float p0 = fast_exp2(sc[4 * j + 2 * i] - m_use), p1 = fast_exp2(sc[4 * j + 2 * i + 1] - m_use);
-        sum += p0 + p1;
-        pf[4 * j + 2 * i] = p0;
-        pf[4 * j + 2 * i + 1] = p1;
-      }
-      l_row[i] = l_row[i] * alpha + sum;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j + 2 * i] *= alpha;
-        o[4 * j + 2 * i + 1] *= alpha;
-      }
-    }
-
-    mbar_wait(&bars->v_full[stage], parity);
-    const uint32_t v_addr = smem_addr(smem + Smem<D, FP8>::kV + stage * Smem<D, FP8>::kVBytes);
-    if constexpr (FP8) {
-      // A fragment of k-slice kk (32 keys, j = 4 kk .. 4 kk + 3): register 4 kk + i holds row r0 + 8 i, columns
-      // 8 j + cq + {0, 1} of j = 4 kk, 4 kk + 1; register 4 kk + 2 + i those of j = 4 kk + 2, 4 kk + 3.
-      uint32_t p[kBlockN / 8];
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 32; ++kk) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int j = 4 * kk + 2 * half;
-            p[4 * kk + 2 * half + i] = pack4_e4m3(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1], pf[4 * (j + 1) + 2 * i],
-                                                  pf[4 * (j + 1) + 2 * i + 1]);
-          }
-        }
-      }
-      float o_blk[D / 2];
-#pragma unroll
-      for (int i = 0; i < kBlockN / 8; ++i) fence_operand(p[i]);
-      wgmma_fence();
-      pv_tile_fp8<D>(o_blk, p, v_addr);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) {
-        fence_operand(o_blk[i]);
-        o[i] += o_blk[i];
-      }
-    } else {
-      // A fragment of k-slice kk (16 keys): registers 4 kk .. 4 kk + 3, register 2 j + i holding row r0 + 8 i,
-      // columns 8 j + cq + {0, 1}.
-      uint32_t p[kBlockN / 4];
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) p[2 * j + i] = pack2<BF16>(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1]);
-      }
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
-#pragma unroll
-      for (int i = 0; i < kBlockN / 4; ++i) fence_operand(p[i]);  // the A fragment is written before the fence
-      wgmma_fence();
-      pv_tile<D, BF16>(o, p, v_addr);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
-    }
-
-    // Every warp is done with this stage: refill it with block n + kStages.
+    // Every warp is past Q.K^T of block n: its K stage takes block n + kStages.
     __syncthreads();
     if (tid == 0 && n + kStages < n_blocks) {
-      load_kv<D, FP8>(smem, bars, &k_map, &v_map, stage, (n + kStages) * kBlockN, bhk, hk, b);
+      load_k<D, FP8>(smem, bars, &k_map, k_stage, (n + kStages) * kBlockN, bhk);
+    }
+    if (n < n_full) {
+      softmax.template block<false>(n, s_acc, cq, p, alpha);
+    } else {
+      softmax.template block<true>(n, s_acc, cq, p, alpha);
+    }
+
+    // P.V of block n: into O (accurate; O rescaled first) or into a fresh accumulator (fast).
+    const int v_stage = n % L::kVStages;
+    mbar_wait(&bars->v_full[v_stage], (n / L::kVStages) & 1);
+    const uint32_t v_addr = smem_addr(smem + L::kV + v_stage * L::kVBytes);
+    float o_blk[FP8 ? D / 2 : 1];
+    if constexpr (!FP8) {
+#pragma unroll
+      for (int r = 0; r < D / 2; ++r) o[r] *= alpha[(r / 2) % 2];  // register 4 j + 2 i + c holds row r0 + 8 i
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+#pragma unroll
+    for (int i = 0; i < kPRegs<FP8>; ++i) fence_operand(p[i]);  // the A fragment is written before the fence
+    wgmma_fence();
+    if constexpr (FP8) {
+      pv_tile_fp8<D>(o_blk, p, v_addr);
+    } else {
+      pv_tile<D, BF16>(o, p, v_addr);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < D / 2; ++r) {
+      if constexpr (FP8) {
+        fence_operand(o_blk[r]);
+        o[r] = fmaf(o[r], alpha[(r / 2) % 2], o_blk[r]);
+      } else {
+        fence_operand(o[r]);
+      }
+    }
+    // Every warp is past P.V of block n: its V stage takes block n + kVStages.
+    __syncthreads();
+    if (tid == 0 && n + L::kVStages < n_blocks) {
+      load_v<D, FP8>(smem, bars, &v_map, v_stage, (n + L::kVStages) * kBlockN, bhk, hk, b);
     }
   }
 
@@ -360,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Out* out = static_cast<Out*>(a.out) + b * a.o_stride_b + h * a.o_stride_h;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float l = l_row[i];
+    float l = softmax.l_row[i];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = m0 + r0 + 8 * i;
@@ -378,7 +436,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_pair<Out>(dst + 8 * j + cq, x, y);
     }
     if (lane % 4 == 0) {
-      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = (m_row[i] + log2f(l) - kShift) * 0.6931471805599453f;
+      const float m = softmax.m_row[i] - softmax.kShift;
+      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = (m + log2f(l)) * 0.6931471805599453f;
     }
   }
 #else
