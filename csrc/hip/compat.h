@@ -89,20 +89,11 @@ typedef cudaError_t sage_error_t;
 namespace sage {
 namespace compat {
 
-__device__ __forceinline__ float as_float(uint32_t u) {
-#if defined(SAGE_HIP)
-  return __builtin_bit_cast(float, u);
-#else
-  return __uint_as_float(u);
-#endif
-}
-
-__device__ __forceinline__ uint32_t as_uint(float f) {
-#if defined(SAGE_HIP)
-  return __builtin_bit_cast(uint32_t, f);
-#else
-  return __float_as_uint(f);
-#endif
+// The bits of a value as another type of the same size (float <-> uint32_t); nvcc and clang both have the builtin.
+template <typename To, typename From>
+__device__ __forceinline__ To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast keeps the size");
+  return __builtin_bit_cast(To, x);
 }
 
 // Correctly rounded (IEEE round-to-nearest-even) float ops, never contracted into FMA.
@@ -171,8 +162,8 @@ __device__ __forceinline__ void half2_bits_to_float2(uint32_t w, float& lo, floa
 
 __device__ __forceinline__ void bf162_bits_to_float2(uint32_t w, float& lo, float& hi) {
   // bfloat16 is the top half of a float32: the conversion is a shift, NaN payload kept.
-  lo = as_float(w << 16);
-  hi = as_float(w & 0xffff0000u);
+  lo = bit_cast<float>(w << 16);
+  hi = bit_cast<float>(w & 0xffff0000u);
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t b) {
@@ -183,7 +174,7 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t b) {
 #endif
 }
 
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return as_float((uint32_t)b << 16); }
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return bit_cast<float>((uint32_t)b << 16); }
 
 // The one warp shuffle: butterfly exchange with lane ^ lane_mask (lane_mask < SAGE_WARP_SIZE).
 // Every lane of the warp must call it. On AMD it is ds_bpermute (no lane-mask argument,
@@ -198,7 +189,7 @@ __device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int lane_mask) {
 }
 
 __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
-  return as_float(shfl_xor(as_uint(v), lane_mask));
+  return bit_cast<float>(shfl_xor(bit_cast<uint32_t>(v), lane_mask));
 }
 
 __device__ __forceinline__ double shfl_xor(double v, int lane_mask) {

@@ -135,7 +135,9 @@ __device__ __forceinline__ float div_rn(float x, float s, float y) {
 }
 
 // Bits of q + magic: the low byte is rint(q) for |q| < 2^22.
-__device__ __forceinline__ uint32_t rne_bits(float q) { return compat::as_uint(compat::fadd_rn(q, kRneMagic)); }
+__device__ __forceinline__ uint32_t rne_bits(float q) {
+  return compat::bit_cast<uint32_t>(compat::fadd_rn(q, kRneMagic));
+}
 
 __device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   return (a & 0xffu) | ((b & 0xffu) << 8) | ((c & 0xffu) << 16) | (d << 24);
@@ -143,8 +145,8 @@ __device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, ui
 
 // Non-finite anywhere (bits above +inf's are NaN) -> NaN; else RN(amax / 127).
 __device__ __forceinline__ float bits_to_scale(uint32_t amax_bits) {
-  if (amax_bits >= kInfBits) return compat::as_float(0x7fc00000u);
-  return compat::fdiv_rn(compat::as_float(amax_bits), 127.0f);
+  if (amax_bits >= kInfBits) return compat::bit_cast<float>(0x7fc00000u);
+  return compat::fdiv_rn(compat::bit_cast<float>(amax_bits), 127.0f);
 }
 
 // The clamp to [-127, 127] only matters for subnormal scales (PRESCALE path): for a normal
@@ -285,7 +287,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
         cvt2<BF16>(raw[i].v[w], f0, f1);
         const float x0 = compat::fma_rn(f0, mul, nsub[2 * w]);
         const float x1 = compat::fma_rn(f1, mul, nsub[2 * w + 1]);
-        m = umax(m, umax(compat::as_uint(x0) & kAbsMask, compat::as_uint(x1) & kAbsMask));
+        m = umax(m, umax(compat::bit_cast<uint32_t>(x0) & kAbsMask, compat::bit_cast<uint32_t>(x1) & kAbsMask));
       }
       if (i < kRowsPerThread / 2) {
         amax_lo = umax(amax_lo, m);
