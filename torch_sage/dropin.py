@@ -98,6 +98,16 @@ def sageattn_qk_int8_pv_fp16_triton(q: Tensor, k: Tensor, v: Tensor, tensor_layo
     return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
 
 
+def _cuda_kernel(func: str, accum_dtypes, pv_mode: str, q: Tensor, k: Tensor, v: Tensor, tensor_layout: str,
+                 is_causal: bool, sm_scale: Optional[float], pv_accum_dtype: str, smooth_k: bool, return_lse: bool,
+                 kwargs):
+    """The body of SageAttention's CUDA kernel functions: their checks, then torch_sage in the named mode."""
+    _check(func, q, k, v, kwargs)
+    if pv_accum_dtype not in accum_dtypes:
+        raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
+    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode=pv_mode)
+
+
 def sageattn_qk_int8_pv_fp16_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
                                   is_causal: bool = False, qk_quant_gran: str = "per_thread",
                                   sm_scale: Optional[float] = None, pv_accum_dtype: str = "fp32",
@@ -105,10 +115,8 @@ def sageattn_qk_int8_pv_fp16_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout
                                   **kwargs: Any):
     """INT8 Q.K, fp16 P.V: torch_sage's accurate mode (``pv_accum_dtype`` and ``smooth_v`` only tune
     SageAttention's CUDA kernel; torch_sage always accumulates in float32)."""
-    _check("sageattn_qk_int8_pv_fp16_cuda", q, k, v, kwargs)
-    if pv_accum_dtype not in ("fp16", "fp16+fp32", "fp32"):
-        raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
-    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
+    return _cuda_kernel("sageattn_qk_int8_pv_fp16_cuda", ("fp16", "fp16+fp32", "fp32"), "fp16", q, k, v,
+                        tensor_layout, is_causal, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
@@ -117,10 +125,8 @@ def sageattn_qk_int8_pv_fp8_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout:
                                  smooth_k: bool = True, smooth_v: bool = False, return_lse: bool = False,
                                  **kwargs: Any):
     """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
-    _check("sageattn_qk_int8_pv_fp8_cuda", q, k, v, kwargs)
-    if pv_accum_dtype not in ("fp32", "fp32+fp32", "fp32+fp16"):
-        raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
-    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp8")
+    return _cuda_kernel("sageattn_qk_int8_pv_fp8_cuda", ("fp32", "fp32+fp32", "fp32+fp16"), "fp8", q, k, v,
+                        tensor_layout, is_causal, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda_sm90(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
