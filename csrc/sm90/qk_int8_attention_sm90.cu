@@ -21,7 +21,6 @@
 
 #include <cstring>
 #include <mutex>
-#include <type_traits>
 #include <vector>
 
 #include "../contract.h"
