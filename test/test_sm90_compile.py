@@ -89,15 +89,19 @@ int main() {
   p.q = reinterpret_cast<const int8_t*>(buf); p.k = p.q; p.v = buf; p.out = buf;
   p.v_type = VType::kFloat16; p.out_type = OutType::kFloat16;
   p.batch = 1; p.heads_q = 8; p.heads_kv = 2; p.qo_len = 100; p.kv_len = 300; p.nq_pad = 128; p.nk_pad = 320;
-  p.head_dim = 128; p.v_stride_b = 300 * 2 * 128; p.v_stride_h = 128; p.v_stride_n = 256;
+  p.head_dim = 128; p.head_dim_pad = 128; p.v_stride_b = 300 * 2 * 128; p.v_stride_h = 128; p.v_stride_n = 256;
   p.o_stride_b = 8 * 100 * 128; p.o_stride_h = 128; p.o_stride_n = 1024;
   say(p);
-  p.head_dim = 80; say(p);                                    // padded head_dim: not this kernel's
+  p.head_dim_pad = 256; say(p);                               // padded to 256: the Triton kernel's
+  p.head_dim_pad = 128; p.head_dim = 81; say(p);              // not whole 16-byte V rows
+  p.head_dim = 80; say(p);                                    // 80 padded to 128
   p.head_dim = 128; p.v_stride_n = 260; say(p);               // a token stride the TMA cannot take
   p.v_stride_n = 256; p.v = buf + 2; say(p);                  // V not 16-byte aligned
   p.v = buf; p.kv_len = 0; say(p);                            // no keys
   p.kv_len = 300; p.v_type = VType::kFloat8; say(p);          // fast mode without its buffers
   p.workspace = buf; p.v_scale = &v_scale; say(p);            // fast mode: V^T of 384 tokens
+  p.v_stride_n = 130; say(p);                                 // fp8 V rows the transpose cannot read in words
+  p.v_stride_n = 256;
   p.out = buf + 2; p.out_type = OutType::kFloat32; say(p);    // float32 pairs need 8-byte alignment
 }
 """
@@ -116,6 +120,8 @@ def test_host_side_takes_and_refuses_calls(tmp_path):
         pytest.skip("nvcc without CUDA headers")
     assert res.returncode == 0, res.stderr[-3000:]
     lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert lines == ["ok|0", "head_dim is not 64 or 128|0", "v's strides are not TMA strides|0",
+    assert lines == ["ok|0", "padded head_dim is not 64 or 128|0", "head_dim is not a multiple of 8|0", "ok|0",
+                     "v's strides are not TMA strides|0",
                      "v is not 16-byte aligned|0", "no keys or no queries|0", "fast mode buffers|98304",
-                     f"ok|{1 * 2 * 128 * 384}", "out is not aligned for pair stores|98304"]
+                     f"ok|{1 * 2 * 128 * 384}", f"fp8 v is not in 4-byte words|{1 * 2 * 128 * 384}",
+                     "out is not aligned for pair stores|98304"]

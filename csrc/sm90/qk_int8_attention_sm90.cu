@@ -184,6 +184,7 @@ struct KernelArgs {
   float* lse;
   int64_t o_stride_b, o_stride_h, o_stride_n;
   int heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
+  int head_dim;  // of V and out (D, the template argument, is the padded one)
 };
 
 // CTAs an SM that the register budget is held to (168 registers a thread for three, 128 for four); shared memory
@@ -240,28 +241,31 @@ struct OnlineSoftmax {
     float pf[kBlockN / 2];  // fast mode: p * kFp8Max
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float mx0 = -kInf, mx1 = -kInf;
+      // Partial maxima and sums over independent chains (two a k-scale half, four sums) keep dependencies short.
+      float part[4] = {-kInf, -kInf, -kInf, -kInf};  // [2 * half + (j & 1)]
 #pragma unroll
-      for (int j = 0; j < kBlockN / 16; ++j) {
-        mx0 = fmaxf(mx0, fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
-        mx1 = fmaxf(mx1, fmaxf(x[4 * (j + kBlockN / 16) + 2 * i], x[4 * (j + kBlockN / 16) + 2 * i + 1]));
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
+        part[c] = fmaxf(part[c], fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
       }
+      const float mx0 = fmaxf(part[0], part[1]), mx1 = fmaxf(part[2], part[3]);
       float mx = fmaxf(m_row[i], fmaxf(mx0 * mul0, mx1 * mul1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
       alpha[i] = fast_exp2(m_row[i] - kShift - m_use);
       m_row[i] = mx;
-      float sum = 0.0f;
+      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         const float mul = j < kBlockN / 16 ? mul0 : mul1;
         const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul, -m_use));
         const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul, -m_use));
-        sum += p0 + p1;
+        sums[j & 3] += p0 + p1;
         pf[4 * j + 2 * i] = p0;
         pf[4 * j + 2 * i + 1] = p1;
       }
+      const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
       l_row[i] = l_row[i] * alpha[i] + sum;
     }
     if constexpr (FP8) {
@@ -303,7 +307,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
   Barriers* bars = reinterpret_cast<Barriers*>(smem);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
+  // Causal: the longest row tiles (most keys) first over the whole grid, so that the short ones fill its tail: the
+  // launch order (x fastest) is read as tile-major, every head's last tile first. Otherwise x is the tile.
+  int m_tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if constexpr (CAUSAL) {
+    const int64_t heads = gridDim.y;
+    const int64_t lin = blockIdx.x + gridDim.x * (blockIdx.y + heads * blockIdx.z);
+    const int64_t per_tile = heads * gridDim.z;
+    m_tile = static_cast<int>(gridDim.x - 1 - lin / per_tile);
+    h = static_cast<int>(lin % per_tile % heads);
+    b = static_cast<int>(lin % per_tile / heads);
+  }
+  const int m0 = m_tile * kBlockM;
   const int hk = h / (a.heads_q / a.heads_kv);
   const int bh = b * a.heads_q + h, bhk = b * a.heads_kv + hk;
   // Keys this tile sees: all kv_len, or (causal, upper-left) those up to its last row.
@@ -426,13 +441,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     Out* dst = out + static_cast<int64_t>(row) * a.o_stride_n;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
+      const int col = 8 * j + cq;  // and col + 1: head_dim is a multiple of 8
+      if (col >= a.head_dim) continue;  // padding columns (zero V) are not stored
       float x = o[4 * j + 2 * i] * inv, y = o[4 * j + 2 * i + 1] * inv;
       if constexpr (FP8) {  // l sums p * kFp8Max: out = acc * v_scale / l
-        const float* vs = a.v_scale + static_cast<int64_t>(bhk) * D + 8 * j + cq;
+        const float* vs = a.v_scale + static_cast<int64_t>(bhk) * a.head_dim + col;
         x *= vs[0];
         y *= vs[1];
       }
-      store_pair<Out>(dst + 8 * j + cq, x, y);
+      store_pair<Out>(dst + col, x, y);
     }
     if (lane % 4 == 0) {
       const float m = softmax.m_row[i] - softmax.kShift;
@@ -474,29 +491,40 @@ bool make_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Fast mode: v_fp8 [B, Hkv, N, D] (element strides) -> V^T [B * Hkv][D][nt] e4m3, nt = kv_len rounded up to
-// kBlockN, zero past kv_len, tokens permuted inside each group of 16: column 4 q + t holds token
-// 2 q + (t & 1) + 8 (t >> 1), the keys that lane q of a quad holds in its S accumulators (see pv_tile_fp8).
+// Fast mode: v_fp8 [B, Hkv, N, head_dim] (element strides) -> V^T [B * Hkv][D][nt] e4m3, D the padded head_dim,
+// nt = kv_len rounded up to kBlockN, zero past kv_len and head_dim, tokens permuted inside each group of 16:
+// column 4 q + t holds token 2 q + (t & 1) + 8 (t >> 1), the keys that lane q of a quad holds in its S accumulators
+// (see pv_tile_fp8). A block moves 64 tokens: 4-byte loads along the tokens' rows into shared memory, then 16-byte
+// stores of V^T rows, four threads to a row's 64 bytes. V's base and strides are multiples of 4 bytes
+// (qk_attention_unsupported).
 template <int D>
 __global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,
                                                               int64_t sb, int64_t sh, int64_t sn, int heads,
-                                                              int kv_len, int64_t nt) {
-  constexpr int kTokens = 64;
-  __shared__ uint8_t tile[kTokens][D + 4];
+                                                              int kv_len, int head_dim, int64_t nt) {
+  constexpr int kTokens = 64, kRow = D + 4;  // the row's 4 extra bytes spread the 16-token groups over the banks
+  __shared__ __align__(16) uint8_t tile[kTokens * kRow];
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int bhk = blockIdx.y, b = bhk / heads, h = bhk % heads;
   const uint8_t* src = v + b * sb + h * sh;
-  for (int idx = threadIdx.x; idx < kTokens * D; idx += blockDim.x) {
-    const int t = idx / D, d = idx % D;
+  for (int idx = threadIdx.x; idx < kTokens * (D / 4); idx += blockDim.x) {
+    const int t = idx / (D / 4), c = 4 * (idx % (D / 4));
     const int64_t key = n0 + t;
-    tile[t][d] = key < kv_len ? src[key * sn + d] : 0;
+    uint32_t x = 0;
+    if (key < kv_len && c < head_dim) x = *reinterpret_cast<const uint32_t*>(src + key * sn + c);
+    *reinterpret_cast<uint32_t*>(tile + t * kRow + c) = x;
   }
   __syncthreads();
   uint8_t* dst = vt + static_cast<int64_t>(bhk) * D * nt + n0;
-  for (int idx = threadIdx.x; idx < kTokens * D; idx += blockDim.x) {
-    const int d = idx / kTokens, col = idx % kTokens;
-    const int q = (col % 16) / 4, t = col % 4;
-    dst[static_cast<int64_t>(d) * nt + col] = tile[(col / 16) * 16 + 2 * q + (t & 1) + 8 * (t >> 1)][d];
+  for (int idx = threadIdx.x; idx < D * (kTokens / 16); idx += blockDim.x) {
+    const int g = idx % (kTokens / 16), d = idx / (kTokens / 16);
+    const uint8_t* col = tile + g * 16 * kRow + d;
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // bytes 4 q .. 4 q + 3: tokens 2 q, 2 q + 1, 2 q + 8, 2 q + 9 of the group
+      const uint8_t* tok = col + 2 * q * kRow;
+      w[q] = tok[0] | (uint32_t(tok[kRow]) << 8) | (uint32_t(tok[8 * kRow]) << 16) | (uint32_t(tok[9 * kRow]) << 24);
+    }
+    *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(d) * nt + 16 * g) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -536,6 +564,7 @@ int launch(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorM
   a.kv_len = static_cast<int>(p.kv_len);
   a.nq_pad = static_cast<int>(p.nq_pad);
   a.nk_pad = static_cast<int>(p.nk_pad);
+  a.head_dim = static_cast<int>(p.head_dim);
   const dim3 grid(static_cast<unsigned>((p.qo_len + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
   kernel<<<grid, kThreads, smem, stream>>>(q_map, k_map, v_map, a);
@@ -574,11 +603,13 @@ int launch_v(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtenso
 }  // namespace
 
 int64_t qk_attention_workspace_bytes(const QKAttentionParams& p) {
-  return p.v_type == VType::kFloat8 ? p.batch * p.heads_kv * p.head_dim * vt_tokens(p) : 0;
+  return p.v_type == VType::kFloat8 ? p.batch * p.heads_kv * p.head_dim_pad * vt_tokens(p) : 0;
 }
 
 const char* qk_attention_unsupported(const QKAttentionParams& p) {
-  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim is not 64 or 128";
+  if (p.head_dim_pad != 64 && p.head_dim_pad != 128) return "padded head_dim is not 64 or 128";
+  // A multiple of 8: V rows of whole 16-byte TMA units, out pairs (FlashAttention-3 asks the same).
+  if (p.head_dim < 8 || p.head_dim > p.head_dim_pad || p.head_dim % 8 != 0) return "head_dim is not a multiple of 8";
   if (p.kv_len < 1 || p.qo_len < 1) return "no keys or no queries";
   if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return "heads";
   if (p.batch * p.heads_q > INT32_MAX || p.nq_pad > INT32_MAX || p.nk_pad > INT32_MAX) return "sizes beyond int32";
@@ -588,6 +619,9 @@ const char* qk_attention_unsupported(const QKAttentionParams& p) {
   if (misaligned(p.q, 16) || misaligned(p.k, 16)) return "a base address is not 16-byte aligned";
   if (p.v_type == VType::kFloat8) {
     if (p.v_scale == nullptr || p.workspace == nullptr || misaligned(p.workspace, 16)) return "fast mode buffers";
+    if (misaligned(p.v, 4) || p.v_stride_b % 4 != 0 || p.v_stride_h % 4 != 0 || p.v_stride_n % 4 != 0) {
+      return "fp8 v is not in 4-byte words";  // the V transpose's loads
+    }
     if (p.batch * p.heads_kv > 65535) return "grid y of the V transpose";
   } else {
     if (misaligned(p.v, 16)) return "v is not 16-byte aligned";
@@ -607,7 +641,7 @@ const char* qk_attention_unsupported(const QKAttentionParams& p) {
 int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
   if (qk_attention_unsupported(p) != nullptr) return static_cast<int>(cudaErrorInvalidValue);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const uint64_t d = static_cast<uint64_t>(p.head_dim);
+  const uint64_t d = static_cast<uint64_t>(p.head_dim_pad), dv = static_cast<uint64_t>(p.head_dim);
   const CUtensorMapSwizzle qk_swizzle = d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   CUtensorMap q_map, k_map, v_map;
   {
@@ -639,16 +673,18 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
     const auto* v = static_cast<const uint8_t*>(p.v);
     auto* vt = static_cast<uint8_t*>(p.workspace);
     const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
+    const int hd = static_cast<int>(p.head_dim);
     if (d == 128) {
       transpose_v_fp8_kernel<128><<<grid, 256, 0, stream>>>(v, vt, p.v_stride_b, p.v_stride_h, p.v_stride_n, heads,
-                                                            kv, static_cast<int64_t>(nt));
+                                                            kv, hd, static_cast<int64_t>(nt));
     } else {
       transpose_v_fp8_kernel<64><<<grid, 256, 0, stream>>>(v, vt, p.v_stride_b, p.v_stride_h, p.v_stride_n, heads,
-                                                           kv, static_cast<int64_t>(nt));
+                                                           kv, hd, static_cast<int64_t>(nt));
     }
     if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
   } else {
-    const uint64_t dims[4] = {d, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),
+    // head_dim columns: the box's columns past them (padding) are filled with zeros by the TMA.
+    const uint64_t dims[4] = {dv, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),
                               static_cast<uint64_t>(p.batch)};
     const uint64_t strides[3] = {static_cast<uint64_t>(p.v_stride_n) * 2, static_cast<uint64_t>(p.v_stride_h) * 2,
                                  static_cast<uint64_t>(p.v_stride_b) * 2};

@@ -14,8 +14,8 @@ enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
 enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2 };  // kFloat8: float8_e4m3fn
 
 struct QKAttentionParams {
-  // Prologue outputs, contiguous: q_int8 [batch, heads_q, nq_pad, head_dim], q_scale [batch, heads_q,
-  // nq_pad / kBlockQ], k_int8 [batch, heads_kv, nk_pad, head_dim], k_scale [batch, heads_kv, nk_pad / kBlockK].
+  // Prologue outputs, contiguous: q_int8 [batch, heads_q, nq_pad, head_dim_pad], q_scale [batch, heads_q,
+  // nq_pad / kBlockQ], k_int8 [batch, heads_kv, nk_pad, head_dim_pad], k_scale [batch, heads_kv, nk_pad / kBlockK].
   const int8_t* q;
   const float* q_scale;
   const int8_t* k;
@@ -34,7 +34,8 @@ struct QKAttentionParams {
   int64_t o_stride_b, o_stride_h, o_stride_n;
   float* lse;
   int64_t batch, heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
-  int64_t head_dim;  // 64 or 128: the padded size equals the real one on this path
+  int64_t head_dim;      // of V and out: a multiple of 8, at most head_dim_pad
+  int64_t head_dim_pad;  // of q_int8 and k_int8 (the prologue's padding): 64 or 128
   bool causal;       // upper-left aligned: key j is seen by query i when j <= i
 };
 
