@@ -1,4 +1,4 @@
-"""The hand-written Hopper kernel (csrc/sm90, both modes, SAGEATTN_SK1_SM90=1) on an sm_90 GPU: each test
+"""The hand-written Hopper kernel (csrc/sm90, both modes, forced with SAGEATTN_SK1_SM90=1) on an sm_90 GPU: each test
 checks, with the profiler, that the sm90 kernel ran (not the Triton one), then the numbers: against the CPU kernel
 on the same quantized inputs, against float64 exact attention, and on the edges (odd lengths, causal with
 Nq != Nk, GQA, NHD views, float32 out, > 2^31 elements)."""
@@ -19,6 +19,28 @@ def sm90(monkeypatch):
     monkeypatch.setenv("SAGEATTN_SK1_SM90", "1")
 
 
+def kernels(fn):
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+@pytest.mark.parametrize("setting,mode,n,expect_sm90", [
+    (None, "fp16", 256, True), (None, "fp8", 512, True), (None, "fp8", 256, False),  # unset: where it is faster
+    ("1", "fp8", 256, True), ("0", "fp16", 4096, False), ("0", "fp8", 4096, False)])
+def test_which_kernel_each_setting_runs(monkeypatch, setting, mode, n, expect_sm90):
+    if setting is None:
+        monkeypatch.delenv("SAGEATTN_SK1_SM90")
+    else:
+        monkeypatch.setenv("SAGEATTN_SK1_SM90", setting)
+    q, k, v = make_qkv(1, 2, 2, n, n, 128, dtype=torch.bfloat16, device="cuda", seed=n)
+    names = kernels(lambda: torch.ops.sage.attention(q, k, v, pv_mode=mode))
+    ran_sm90 = any("sm90" in name and "qk_int8_attention_kernel" in name for name in names)
+    assert ran_sm90 == expect_sm90, sorted(names)
+    assert any("attn" in name or "attention" in name for name in names), sorted(names)
+
+
 def run_sm90(fn):
     """fn()'s result, asserting that the sm90 kernel was among the kernels it launched."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -30,7 +52,7 @@ def run_sm90(fn):
 
 
 @pytest.mark.parametrize("layout", ["HND", "NHD"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [40, 64, 80, 128])  # 40 and 80: padded to 64 and 128
 @pytest.mark.parametrize("mode", ["fp16", "fp8"])
 @pytest.mark.parametrize("nq,nk,causal", [(1, 1, False), (1, 300, True), (129, 65, True), (65, 129, True),
                                            (300, 1000, False), (333, 333, True), (1000, 300, True)])
@@ -96,7 +118,13 @@ def test_query_beyond_2_to_the_31_elements():
     check_query_beyond_2_to_the_31_elements(run_sm90)
 
 
-def test_unsupported_calls_run_the_other_kernels():
-    # head_dim 80 (padded) stays on the precompiled Triton kernels.
-    q, k, v = make_qkv(1, 4, 4, 300, 300, 80, dtype=torch.float16, device="cuda", seed=2)
+@pytest.mark.parametrize("d,stride_pad", [(256, 0), (42, 0), (128, 4)])
+def test_unsupported_calls_run_the_other_kernels(d, stride_pad):
+    # Padded to 256, a head_dim that is not a multiple of 8, a V token stride that is not 16 bytes: the
+    # precompiled Triton kernel takes them, also when the sm90 kernel is forced.
+    q, k, v = make_qkv(1, 4, 4, 300, 300, d, dtype=torch.float16, device="cuda", seed=2)
+    if stride_pad:
+        v = torch.nn.functional.pad(v, (0, stride_pad))[..., :d]
+    names = kernels(lambda: torch.ops.sage.attention(q, k, v))
+    assert not any("sm90" in n and "qk_int8_attention_kernel" in n for n in names), sorted(names)
     assert_accurate(torch.ops.sage.attention(q, k, v), exact_attention(q, k, v)[0], "fp16")

@@ -8,7 +8,8 @@
 namespace sage {
 
 // Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: either mode,
-// head_dim 64 or 128, TMA-compatible V. Returns false, having done nothing, when it does not.
-bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse);
+// head_dim a multiple of 8, padded to 64 or 128, TMA-compatible V. Unless forced, it also leaves the calls where it
+// measured slower than the Triton kernel. Returns false, having done nothing, when it does not take the call.
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, bool forced);
 
 }  // namespace sage

@@ -38,18 +38,18 @@ bool use_triton_prologue() {
   return true;
 }
 
-bool use_sm90_attention() {
+Sm90Use sm90_use() {
   const char* env = std::getenv("SAGEATTN_SK1_SM90");
   const std::string value = env == nullptr ? "" : env;
   TORCH_CHECK(value.empty() || value == "0" || value == "1",
-              "sage: SAGEATTN_SK1_SM90 must be \"1\" (use the hand-written Hopper kernel) or \"0\" / unset, got \"",
-              value, "\"");
-  return value == "1";
+              "sage: SAGEATTN_SK1_SM90 must be unset (the hand-written Hopper kernel on sm_90 where it is faster), "
+              "\"1\" (wherever it can run) or \"0\" (the Triton kernel), got \"", value, "\"");
+  return value.empty() ? Sm90Use::kAuto : value == "1" ? Sm90Use::kForce : Sm90Use::kOff;
 }
 
 void check_settings() {
   use_triton_prologue();
-  use_sm90_attention();
+  sm90_use();
   // The opt-in itself is applied where a gfx1200 is found (gpu_arch.h); its value is checked everywhere.
   const char* gfx1200 = std::getenv("SAGEATTN_SK1_GFX1200");
   const std::string value = gfx1200 == nullptr ? "" : gfx1200;

@@ -27,9 +27,11 @@ void check_input(const at::Tensor& t, const char* name, bool allow_fp32);
 // opaque); a CUDA graph replays the kernels chosen while it was captured.
 bool use_triton_prologue();
 
-// SAGEATTN_SK1_SM90: true for "1" (the hand-written Hopper attention kernel of accurate mode, where the build has it
-// and the call suits it; experimental: not yet run on a GPU), false when unset, empty or "0"; else raises.
-bool use_sm90_attention();
+// SAGEATTN_SK1_SM90, the hand-written Hopper attention kernel where the build has it and the call suits it:
+// unset or empty: kAuto (where it is the faster kernel), "1": kForce (every call it can take), "0": kOff (the
+// Triton kernel); any other value raises.
+enum class Sm90Use { kOff, kAuto, kForce };
+Sm90Use sm90_use();
 
 // Validates every SAGEATTN_SK1_* variable, whatever the device (check_qkv calls it).
 void check_settings();
