@@ -6,7 +6,7 @@
 #   SAGE_BENCHES="" SAGE_SANITIZERS="" bash benchmarks/run_gpu.sh   then   SAGE_TESTS="" bash benchmarks/run_gpu.sh
 #   SAGE_TESTS   pytest selection (default: test, the whole suite, as README's test command runs it; "" for none),
 #   SAGE_BENCHES (default: bench_prologue bench_attention); SAGE_BENCH_ARGS, more arguments for each, e.g.
-#   "--methods sage-sm90" (bench_attention: those rows and cuDNN's only)
+#   "--methods sage-auto,sage-triton" (bench_attention: those rows and cuDNN's only)
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
 set -uo pipefail
