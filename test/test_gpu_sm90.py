@@ -1,7 +1,10 @@
-"""The hand-written Hopper kernel (csrc/sm90, both modes, forced with SAGEATTN_SK1_SM90=1) on an sm_90 GPU: each test
-checks, with the profiler, that the sm90 kernel ran (not the Triton one), then the numbers: against the CPU kernel
-on the same quantized inputs, against float64 exact attention, and on the edges (odd lengths, causal with
-Nq != Nk, GQA, NHD views, float32 out, > 2^31 elements)."""
+"""The hand-written Hopper kernel (csrc/sm90, both modes) on an sm_90 GPU, forced with SAGEATTN_SK1_SM90=1 (its
+serial schedule) and =ws (warp-specialized): each test checks, with the profiler, that the kernel of that schedule
+ran (not the Triton one), then the numbers: against the CPU kernel on the same quantized inputs, against float64
+exact attention, and on the edges (odd lengths, causal with Nq != Nk, GQA, NHD views, float32 out, > 2^31
+elements). The two schedules run the same arithmetic in the same order: their results are compared bit for bit."""
+import os
+
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -19,6 +22,20 @@ def sm90(monkeypatch):
     monkeypatch.setenv("SAGEATTN_SK1_SM90", "1")
 
 
+SM90_KERNELS = ("qk_int8_attention_kernel", "qk_int8_attention_ws_kernel")  # serial, warp-specialized
+
+
+@pytest.fixture(params=["1", "ws"])
+def schedule(request, monkeypatch):
+    """Forces the sm90 kernel with each schedule."""
+    monkeypatch.setenv("SAGEATTN_SK1_SM90", request.param)
+    return request.param
+
+
+def ran_sm90(names):
+    return any("sm90" in n and n.split("<")[0].endswith(SM90_KERNELS) for n in names)
+
+
 def kernels(fn):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
@@ -28,7 +45,7 @@ def kernels(fn):
 
 @pytest.mark.parametrize("setting,mode,n,expect_sm90", [
     (None, "fp16", 256, True), (None, "fp8", 512, True), (None, "fp8", 256, False),  # unset: where it is faster
-    ("1", "fp8", 256, True), ("0", "fp16", 4096, False), ("0", "fp8", 4096, False)])
+    ("1", "fp8", 256, True), ("ws", "fp8", 256, True), ("0", "fp16", 4096, False), ("0", "fp8", 4096, False)])
 def test_which_kernel_each_setting_runs(monkeypatch, setting, mode, n, expect_sm90):
     if setting is None:
         monkeypatch.delenv("SAGEATTN_SK1_SM90")
@@ -36,18 +53,18 @@ def test_which_kernel_each_setting_runs(monkeypatch, setting, mode, n, expect_sm
         monkeypatch.setenv("SAGEATTN_SK1_SM90", setting)
     q, k, v = make_qkv(1, 2, 2, n, n, 128, dtype=torch.bfloat16, device="cuda", seed=n)
     names = kernels(lambda: torch.ops.sage.attention(q, k, v, pv_mode=mode))
-    ran_sm90 = any("sm90" in name and "qk_int8_attention_kernel" in name for name in names)
-    assert ran_sm90 == expect_sm90, sorted(names)
+    assert ran_sm90(names) == expect_sm90, sorted(names)
     assert any("attn" in name or "attention" in name for name in names), sorted(names)
 
 
 def run_sm90(fn):
-    """fn()'s result, asserting that the sm90 kernel was among the kernels it launched."""
+    """fn()'s result, asserting that the sm90 kernel of the forced schedule was among the kernels it launched."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         res = fn()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert any("sm90" in n and "qk_int8_attention_kernel" in n for n in names), sorted(set(names))
+    kernel = SM90_KERNELS[1] if os.environ.get("SAGEATTN_SK1_SM90") == "ws" else SM90_KERNELS[0]
+    assert any("sm90" in n and n.split("<")[0].endswith(kernel) for n in names), sorted(set(names))
     return res
 
 
@@ -56,7 +73,7 @@ def run_sm90(fn):
 @pytest.mark.parametrize("mode", ["fp16", "fp8"])
 @pytest.mark.parametrize("nq,nk,causal", [(1, 1, False), (1, 300, True), (129, 65, True), (65, 129, True),
                                            (300, 1000, False), (333, 333, True), (1000, 300, True)])
-def test_matches_cpu_kernel(layout, d, mode, nq, nk, causal):
+def test_matches_cpu_kernel(schedule, layout, d, mode, nq, nk, causal):
     q, k, v = make_qkv(2, 4, 2, nq, nk, d, dtype=torch.bfloat16, layout=layout, seed=nq + nk + d)
     cpu_out, cpu_lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, True, mode)
     out, lse = run_sm90(lambda: torch.ops.sage.attention_with_lse(q.cuda(), k.cuda(), v.cuda(), layout, causal,
@@ -69,7 +86,7 @@ def test_matches_cpu_kernel(layout, d, mode, nq, nk, causal):
 
 @pytest.mark.parametrize("shape", [(1, 8, 8, 2048, 2048, 128), (2, 4, 4, 1500, 1500, 64)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_fast_mode_at_the_e4m3_floor(shape, dtype):
+def test_fast_mode_at_the_e4m3_floor(schedule, shape, dtype):
     q, k, v = make_qkv(*shape, dtype=dtype, device="cuda", seed=sum(shape))
     out = run_sm90(lambda: torch.ops.sage.attention(q, k, v, pv_mode="fp8"))
     cos, l1 = accuracy(out, exact_attention(q, k, v)[0])
@@ -81,7 +98,7 @@ def test_fast_mode_at_the_e4m3_floor(shape, dtype):
 @pytest.mark.parametrize("shape", [(1, 8, 8, 2048, 2048, 128), (2, 4, 4, 1500, 1500, 64), (1, 8, 2, 1000, 3000, 128)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_matches_exact(shape, dtype, is_causal):
+def test_matches_exact(schedule, shape, dtype, is_causal):
     q, k, v = make_qkv(*shape, dtype=dtype, device="cuda", seed=sum(shape))
     out, lse = run_sm90(lambda: torch.ops.sage.attention_with_lse(q, k, v, "HND", is_causal, None, True, "fp16"))
     ref, ref_lse = exact_attention(q, k, v, is_causal=is_causal)
@@ -91,12 +108,12 @@ def test_matches_exact(shape, dtype, is_causal):
 
 
 @pytest.mark.parametrize("n", [1, 63, 65, 127, 129, 1001])
-def test_odd_lengths(n):
+def test_odd_lengths(schedule, n):
     q, k, v = make_qkv(1, 4, 4, n, n, 128, dtype=torch.float16, device="cuda", seed=n)
     assert_accurate(run_sm90(lambda: torch.ops.sage.attention(q, k, v)), exact_attention(q, k, v)[0], "fp16")
 
 
-def test_float32_inputs_give_float32_out():
+def test_float32_inputs_give_float32_out(schedule):
     q, k, v = make_qkv(1, 4, 2, 300, 500, 64, dtype=torch.float32, device="cuda", seed=5)
     out = run_sm90(lambda: torch.ops.sage.attention(q, k, v, "HND", True))
     ref = torch.ops.sage.attention(q.cpu(), k.cpu(), v.cpu(), "HND", True)
@@ -104,7 +121,7 @@ def test_float32_inputs_give_float32_out():
     torch.testing.assert_close(out.cpu(), ref, atol=4e-3 * ref.abs().max().item(), rtol=4e-3)
 
 
-def test_strided_fused_qkv_matches_contiguous():
+def test_strided_fused_qkv_matches_contiguous(schedule):
     fused = torch.randn(2, 1000, 3, 8, 128, device="cuda", dtype=torch.bfloat16)
     fused[:, :, 1] += 4 * torch.randn(128, device="cuda").bfloat16()
     q, k, v = fused.unbind(2)
@@ -114,17 +131,39 @@ def test_strided_fused_qkv_matches_contiguous():
     assert_accurate(out, exact_attention(q, k, v, "NHD", is_causal=True)[0], "fp16")
 
 
-def test_query_beyond_2_to_the_31_elements():
+def test_query_beyond_2_to_the_31_elements(schedule):
     check_query_beyond_2_to_the_31_elements(run_sm90)
 
 
 @pytest.mark.parametrize("d,stride_pad", [(256, 0), (42, 0), (128, 4)])
-def test_unsupported_calls_run_the_other_kernels(d, stride_pad):
+def test_unsupported_calls_run_the_other_kernels(schedule, d, stride_pad):
     # Padded to 256, a head_dim that is not a multiple of 8, a V token stride that is not 16 bytes: the
     # precompiled Triton kernel takes them, also when the sm90 kernel is forced.
     q, k, v = make_qkv(1, 4, 4, 300, 300, d, dtype=torch.float16, device="cuda", seed=2)
     if stride_pad:
         v = torch.nn.functional.pad(v, (0, stride_pad))[..., :d]
     names = kernels(lambda: torch.ops.sage.attention(q, k, v))
-    assert not any("sm90" in n and "qk_int8_attention_kernel" in n for n in names), sorted(names)
+    assert not ran_sm90(names), sorted(names)
     assert_accurate(torch.ops.sage.attention(q, k, v), exact_attention(q, k, v)[0], "fp16")
+
+
+@pytest.mark.parametrize("mode", ["fp16", "fp8"])
+@pytest.mark.parametrize("b,hq,hk,nq,nk,d,layout,causal,out_dtype", [
+    (2, 4, 2, 1000, 777, 128, "HND", False, torch.bfloat16), (1, 6, 3, 777, 1000, 64, "NHD", True, torch.float16),
+    (1, 4, 4, 1, 300, 80, "HND", True, torch.bfloat16), (2, 2, 1, 2049, 2049, 128, "NHD", True, torch.float32),
+    (1, 2, 2, 130, 5000, 40, "HND", False, torch.float16)])
+def test_schedules_give_the_same_bits(monkeypatch, mode, b, hq, hk, nq, nk, d, layout, causal, out_dtype):
+    q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=torch.bfloat16, layout=layout, device="cuda", seed=nq * d)
+    if out_dtype == torch.float32:
+        q, k, v = q.float(), k.float(), v.float()
+    elif out_dtype == torch.float16:
+        q, k, v = q.half(), k.half(), v.half()
+    results = {}
+    for setting in ("1", "ws"):
+        monkeypatch.setenv("SAGEATTN_SK1_SM90", setting)
+        results[setting] = run_sm90(lambda: torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, True,
+                                                                              mode))
+    (out_s, lse_s), (out_w, lse_w) = results["1"], results["ws"]
+    assert out_w.dtype == out_dtype and torch.isfinite(out_w).all()
+    torch.testing.assert_close(out_w, out_s, atol=0, rtol=0)
+    torch.testing.assert_close(lse_w, lse_s, atol=0, rtol=0)

@@ -13,8 +13,8 @@ namespace sage {
 // 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099).
 constexpr int64_t kMinFastKeys = 512;
 
-bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, bool forced) {
-  if (!forced && a.fp8 && a.kv_len < kMinFastKeys) return false;
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use) {
+  if (use == Sm90Use::kAuto && a.fp8 && a.kv_len < kMinFastKeys) return false;
   if (a.q_int8.size(3) != 64 && a.q_int8.size(3) != 128) return false;  // before the fast mode's workspace
   const HeadView hv = head_view(a.v, a.hnd), ho = head_view(out, a.hnd);
   sm90::QKAttentionParams p{};
@@ -46,6 +46,7 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.head_dim = a.head_dim;
   p.head_dim_pad = a.q_int8.size(3);
   p.causal = a.is_causal;
+  p.schedule = use == Sm90Use::kForceWs ? sm90::Schedule::kWarpSpecialized : sm90::Schedule::kSerial;
   at::Tensor workspace;
   if (a.fp8) {
     p.v_scale = a.v_scale->const_data_ptr<float>();

@@ -3,13 +3,15 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include "input_checks.h"
 #include "qk_attention_args.h"
 
 namespace sage {
 
 // Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: either mode,
-// head_dim a multiple of 8, padded to 64 or 128, TMA-compatible V. Unless forced, it also leaves the calls where it
-// measured slower than the Triton kernel. Returns false, having done nothing, when it does not take the call.
-bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, bool forced);
+// head_dim a multiple of 8, padded to 64 or 128, TMA-compatible V. With Sm90Use::kAuto it also leaves the calls where
+// it measured slower than the Triton kernel; kForceWs runs its warp-specialized schedule. Returns false, having done
+// nothing, when it does not take the call.
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use);
 
 }  // namespace sage

@@ -98,7 +98,7 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
 #if defined(SAGE_WITH_SM90)
   if (arch == "sm_90") {
     const Sm90Use use = sm90_use();
-    if (use != Sm90Use::kOff && try_sm90_attention(a, out, lse, use == Sm90Use::kForce)) return {out, lse};
+    if (use != Sm90Use::kOff && try_sm90_attention(a, out, lse, use)) return {out, lse};
   }
 #endif
   const int64_t dp = q_int8.size(3);

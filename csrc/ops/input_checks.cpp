@@ -41,10 +41,12 @@ bool use_triton_prologue() {
 Sm90Use sm90_use() {
   const char* env = std::getenv("SAGEATTN_SK1_SM90");
   const std::string value = env == nullptr ? "" : env;
-  TORCH_CHECK(value.empty() || value == "0" || value == "1",
+  TORCH_CHECK(value.empty() || value == "0" || value == "1" || value == "ws",
               "sage: SAGEATTN_SK1_SM90 must be unset (the hand-written Hopper kernel on sm_90 where it is faster), "
-              "\"1\" (wherever it can run) or \"0\" (the Triton kernel), got \"", value, "\"");
-  return value.empty() ? Sm90Use::kAuto : value == "1" ? Sm90Use::kForce : Sm90Use::kOff;
+              "\"1\" (wherever it can run), \"ws\" (the same, warp-specialized; experimental) or \"0\" (the Triton "
+              "kernel), got \"", value, "\"");
+  if (value.empty()) return Sm90Use::kAuto;
+  return value == "1" ? Sm90Use::kForce : value == "ws" ? Sm90Use::kForceWs : Sm90Use::kOff;
 }
 
 void check_settings() {

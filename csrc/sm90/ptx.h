@@ -41,6 +41,33 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// One plain arrival (a consumer releasing a stage).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// ---- named barriers and register reallocation (warp specialization) -------------------------------------------
+
+// Barrier `id` (1..15; 0 is __syncthreads) completes once `threads` threads have reached it: those that sync wait
+// for it, those that arrive go on.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Every thread of a warpgroup gives registers back to the SM or takes them (sm_90a), up to N a thread. Takes
+// effect only in a kernel with a register cap at entry (__launch_bounds__(threads, 1)).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 // ---- TMA --------------------------------------------------------------------------------------------------------
 
 // Tile copy global -> shared of a 3-D / 4-D tensor map; completion counted on `bar` (complete_tx bytes).

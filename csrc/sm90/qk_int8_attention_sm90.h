@@ -13,6 +13,12 @@ namespace sm90 {
 enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
 enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2 };  // kFloat8: float8_e4m3fn
 
+// How the kernel runs. kSerial: one warpgroup a CTA of 64 query rows loads and computes in turn, three or four
+// CTAs an SM. kWarpSpecialized: a CTA of 128 query rows, one warpgroup issuing the loads and two computing, which
+// take turns on the tensor cores (one's softmax beside the other's products) and each issue the next block's Q.K^T
+// before their softmax. The same results, bit for bit.
+enum class Schedule : int { kSerial = 0, kWarpSpecialized = 1 };
+
 struct QKAttentionParams {
   // Prologue outputs, contiguous: q_int8 [batch, heads_q, nq_pad, head_dim_pad], q_scale [batch, heads_q,
   // nq_pad / kBlockQ], k_int8 [batch, heads_kv, nk_pad, head_dim_pad], k_scale [batch, heads_kv, nk_pad / kBlockK].
@@ -37,6 +43,7 @@ struct QKAttentionParams {
   int64_t head_dim;      // of V and out: a multiple of 8, at most head_dim_pad
   int64_t head_dim_pad;  // of q_int8 and k_int8 (the prologue's padding): 64 or 128
   bool causal;       // upper-left aligned: key j is seen by query i when j <= i
+  Schedule schedule;
 };
 
 // Bytes of workspace the call needs (0 in the accurate mode).

@@ -1,0 +1,432 @@
+// The parts both sm90 attention kernels share (qk_int8_attention_sm90.cu: one warpgroup a CTA, serial;
+// qk_int8_attention_sm90_ws.cu: a producer warpgroup and two consumer warpgroups taking turns): tile loads, the
+// two products on wgmma, the online softmax of a key block, the epilogue. Both kernels run the same arithmetic in
+// the same order, so they give the same bits.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "../contract.h"
+#include "ptx.h"
+#include "qk_int8_attention_sm90.h"
+#include "wgmma.h"
+
+namespace sage {
+namespace sm90 {
+namespace detail {
+
+// Launches the warp-specialized kernel (qk_int8_attention_sm90_ws.cu) on maps made by launch_qk_int8_attention.
+int launch_warp_specialized(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                            const CUtensorMap& v_map, cudaStream_t stream);
+
+}  // namespace detail
+
+namespace {
+
+constexpr int kRows = 64;     // query rows of one warpgroup: one wgmma M
+constexpr int kBlockN = 128;  // keys per iteration: two k-scale blocks
+static_assert(kBlockQ % (2 * kRows) == 0, "a CTA of one or two warpgroups shares one q scale");
+static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
+
+// Shared-memory bytes of one tile. V: V^T e4m3 [D][kBlockN] in one box (K-major for the fp8 wgmma), or 16-bit V
+// as D / 64 boxes [kBlockN][64] (128-byte swizzled rows).
+template <int D, bool FP8>
+struct Tiles {
+  static constexpr int kQBytes = kRows * D;  // int8, one warpgroup's rows
+  static constexpr int kKBytes = kBlockN * D;
+  static constexpr int kVBytes = kBlockN * D * (FP8 ? 1 : 2);
+  static constexpr int kVBoxBytes = FP8 ? kVBytes : kBlockN * 64 * 2;
+  static constexpr int kAlign = 1024;  // the 128B swizzle pattern repeats every 1024 bytes (aligned_smem)
+  static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Four float32 values as e4m3 (round to nearest even, saturating), a0 in the lowest byte. In PTX, so that ptxas
+// writes the second pair into the upper half of the first's register (F2FP ... MERGE_C) instead of a PRMT.
+__device__ __forceinline__ uint32_t pack4_e4m3(float a0, float a1, float a2, float a3) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"  // the first source goes to the upper byte
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(a0), "f"(a1), "f"(a2), "f"(a3));
+  return r;
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (BF16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// ---- loads (one thread issues them) ------------------------------------------------------------------------------
+
+template <int D, bool FP8>
+__device__ __forceinline__ void load_k(uint8_t* dst, const CUtensorMap* k_map, uint64_t* full, int n0, int bhk) {
+  mbar_arrive_expect_tx(full, Tiles<D, FP8>::kKBytes);
+  tma_load_3d(dst, k_map, full, 0, n0, bhk);
+}
+
+template <int D, bool FP8>
+__device__ __forceinline__ void load_v(uint8_t* dst, const CUtensorMap* v_map, uint64_t* full, int n0, int bhk,
+                                       int hk, int b) {
+  using T = Tiles<D, FP8>;
+  mbar_arrive_expect_tx(full, T::kVBytes);
+  if constexpr (FP8) {
+    tma_load_3d(dst, v_map, full, n0, 0, bhk);  // V^T [bhk][D][keys]
+  } else {
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + c * T::kVBoxBytes, v_map, full, c * 64, n0, hk, b);
+  }
+}
+
+// ---- the two products -----------------------------------------------------------------------------------------------
+
+template <int D>
+__device__ __forceinline__ uint64_t qk_desc(uint32_t addr) {
+  // K-major int8 rows of D bytes: 128B swizzle for D = 128 (8-row groups of 1024 bytes), 64B for D = 64 (512).
+  return D == 128 ? make_smem_desc(addr, 16, 1024, Swizzle::k128B) : make_smem_desc(addr, 16, 512, Swizzle::k64B);
+}
+
+// S = Q.K^T of one key block (wgmma m64n128k32 s32.s8.s8, both operands K-major in shared memory).
+template <int D>
+__device__ __forceinline__ void qk_tile(int32_t (&s)[kBlockN / 2], uint32_t q_addr, uint32_t k_addr) {
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {  // 32 bytes of head_dim per wgmma, inside the swizzled row
+    wgmma_m64n128k32_s32_s8(s, qk_desc<D>(q_addr + kk * 32), qk_desc<D>(k_addr + kk * 32), kk > 0);
+  }
+}
+
+// Accurate mode: o += P.V, P in V's 16-bit type from registers (the S accumulator layout is the A-fragment layout).
+template <int D, bool BF16>
+__device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[kBlockN / 4], uint32_t v_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {  // 16 keys per wgmma: two 8-row groups of 128 bytes
+    const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+    // MN-major B: 64 head_dim values (128 bytes) per swizzle atom, the next 64 in the next box (LBO); 8-key groups
+    // 1024 bytes apart (SBO).
+    const uint64_t desc = make_smem_desc(v_addr + kk * 16 * 128, kBlockN * 128, 1024, Swizzle::k128B);
+    if constexpr (D == 128) {
+      if constexpr (BF16) wgmma_m64n128k16_f32_bf16_rs(o, a, desc);
+      else wgmma_m64n128k16_f32_f16_rs(o, a, desc);
+    } else {
+      if constexpr (BF16) wgmma_m64n64k16_f32_bf16_rs(o, a, desc);
+      else wgmma_m64n64k16_f32_f16_rs(o, a, desc);
+    }
+  }
+}
+
+// Fast mode: o_blk = P.V of one key block (a fresh accumulator: the fp8 wgmma keeps ~22 bits, so blocks are summed
+// in float32 outside it). V^T rows are head_dim, 128 keys each (one 128B-swizzled row), permuted in groups of 16
+// (transpose_v_fp8) so that register r of the A fragment holds the keys this thread's S accumulators hold.
+template <int D>
+__device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2], const uint32_t (&p)[kBlockN / 8], uint32_t vt_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 32; ++kk) {
+    const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+    const uint64_t desc = make_smem_desc(vt_addr + kk * 32, 16, 1024, Swizzle::k128B);
+    if constexpr (D == 128) wgmma_m64n128k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+    else wgmma_m64n64k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+  }
+}
+
+template <bool FP8>
+constexpr int kPRegs = FP8 ? kBlockN / 8 : kBlockN / 4;  // P's A fragment: 4 e4m3 or 2 16-bit values a register
+
+// ---- arguments, softmax, epilogue -------------------------------------------------------------------------------
+
+struct KernelArgs {
+  const float* q_scale;
+  const float* k_scale;
+  const float* v_scale;  // fast mode: [batch, heads_kv, head_dim]
+  void* out;
+  float* lse;
+  int64_t o_stride_b, o_stride_h, o_stride_n;
+  int heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
+  int head_dim;  // of V and out (D, the template argument, is the padded one)
+};
+
+inline KernelArgs make_kernel_args(const QKAttentionParams& p) {
+  KernelArgs a;
+  a.q_scale = p.q_scale;
+  a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
+  a.out = p.out;
+  a.lse = p.lse;
+  a.o_stride_b = p.o_stride_b;
+  a.o_stride_h = p.o_stride_h;
+  a.o_stride_n = p.o_stride_n;
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.qo_len = static_cast<int>(p.qo_len);
+  a.kv_len = static_cast<int>(p.kv_len);
+  a.nq_pad = static_cast<int>(p.nq_pad);
+  a.nk_pad = static_cast<int>(p.nk_pad);
+  a.head_dim = static_cast<int>(p.head_dim);
+  return a;
+}
+
+// Where a CTA of kCtaRows query rows works: its first row m0, head h, batch b, K/V head hk (GQA), the flat
+// indices of both, and the key blocks it sees (all of kv_len, or, causal and upper-left aligned, those up to its last
+// row). Causal CTAs take the longest row tiles (most keys) first over the whole grid, so that the short ones fill its
+// tail: the launch order (x fastest) is read as tile-major, every head's last tile first. Otherwise x is the tile.
+template <bool CAUSAL, int kCtaRows>
+struct CtaTile {
+  int m0, h, b, hk, bh, bhk, n_blocks;
+
+  __device__ __forceinline__ explicit CtaTile(const KernelArgs& a) {
+    int m_tile = blockIdx.x;
+    h = blockIdx.y;
+    b = blockIdx.z;
+    if constexpr (CAUSAL) {
+      const int64_t heads = gridDim.y;
+      const int64_t lin = blockIdx.x + gridDim.x * (blockIdx.y + heads * blockIdx.z);
+      const int64_t per_tile = heads * gridDim.z;
+      m_tile = static_cast<int>(gridDim.x - 1 - lin / per_tile);
+      h = static_cast<int>(lin % per_tile % heads);
+      b = static_cast<int>(lin % per_tile / heads);
+    }
+    m0 = m_tile * kCtaRows;
+    hk = h / (a.heads_q / a.heads_kv);
+    bh = b * a.heads_q + h;
+    bhk = b * a.heads_kv + hk;
+    const int key_end = CAUSAL ? min(a.kv_len, m0 + kCtaRows) : a.kv_len;
+    n_blocks = (key_end + kBlockN - 1) / kBlockN;
+  }
+};
+
+// The dynamic shared memory's base rounded up to the swizzle repeat (the allocation has that much slack).
+__device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
+  constexpr uintptr_t kAlign = 1024;
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kAlign - 1) / kAlign * kAlign);
+}
+
+// The online softmax of the rows a thread holds (row and row + 8 of its warpgroup's tile), one key block at a time.
+// Thread (warp w of the warpgroup, lane) holds rows 16 w + lane / 4 and + 8; of each 8 columns, the pair
+// 2 (lane % 4) + {0, 1}. Accumulator register 4 j + 2 i + c: row + 8 i, column 8 j + 2 (lane % 4) + c.
+template <bool BF16, bool CAUSAL, bool FP8>
+struct OnlineSoftmax {
+  // Fast mode: P is made as p * kFp8Max = exp2(s - m + kShift), so that it fills e4m3's range (l sums it so).
+  static constexpr float kShift = FP8 ? static_cast<float>(kLog2Fp8Max) : 0.0f;
+  float m_row[2], l_row[2];  // l: this thread's partial sums (quad-reduced in the epilogue)
+  float q_scale;             // carries sm_scale * log2 e: scores come out in base 2
+  const float* k_scales;
+  int kv_len, nk_pad, row;
+
+  // Block n from its scores s: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast mode) and the
+  // rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal build masks
+  // (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
+  template <bool MASKED>
+  __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const int cq,
+                                         float (&pf)[kBlockN / 2], float (&alpha)[2]) {
+    const float kInf = __int_as_float(0x7f800000);
+    const int n0 = n * kBlockN;
+    // Scores in base 2 are x * mul, one mul per k-scale half of the block. Unmasked: x is the integer dot product,
+    // mul the scales, and the max is taken on x (mul > 0 keeps the order, rounding too). Masked: x is already
+    // scaled, -inf past kv_len and above the diagonal, and mul is 1.
+    const float scale0 = q_scale * k_scales[n0 / kBlockK];
+    const float scale1 = n0 + kBlockK < nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f;
+    const float mul0 = MASKED ? 1.0f : scale0, mul1 = MASKED ? 1.0f : scale1;
+    float x[kBlockN / 2];
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = 4 * j + 2 * i + c;
+          float v = static_cast<float>(s[r]);
+          if constexpr (MASKED) {
+            v *= j < kBlockN / 16 ? scale0 : scale1;
+            const int col = n0 + 8 * j + cq + c;
+            if (col >= kv_len || (CAUSAL && col > row + 8 * i)) v = -kInf;
+          }
+          x[r] = v;
+        }
+      }
+    }
+    // A row with no key yet keeps m = -inf and subtracts 0 instead.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      // Partial maxima and sums over independent chains (two a k-scale half, four sums) keep dependencies short.
+      float part[4] = {-kInf, -kInf, -kInf, -kInf};  // [2 * half + (j & 1)]
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
+        part[c] = fmaxf(part[c], fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
+      }
+      const float mx0 = fmaxf(part[0], part[1]), mx1 = fmaxf(part[2], part[3]);
+      float mx = fmaxf(m_row[i], fmaxf(mx0 * mul0, mx1 * mul1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
+      alpha[i] = fast_exp2(m_row[i] - kShift - m_use);
+      m_row[i] = mx;
+      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const float mul = j < kBlockN / 16 ? mul0 : mul1;
+        const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul, -m_use));
+        const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul, -m_use));
+        sums[j & 3] += p0 + p1;
+        pf[4 * j + 2 * i] = p0;
+        pf[4 * j + 2 * i + 1] = p1;
+      }
+      const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+      l_row[i] = l_row[i] * alpha[i] + sum;
+    }
+  }
+
+  // P as the A fragment of P.V.
+  __device__ __forceinline__ static void pack(const float (&pf)[kBlockN / 2], uint32_t (&p)[kPRegs<FP8>]) {
+    if constexpr (FP8) {
+      // A fragment of k-slice kk (32 keys, j = 4 kk .. 4 kk + 3): register 4 kk + i holds row r0 + 8 i, columns
+      // 8 j + cq + {0, 1} of j = 4 kk, 4 kk + 1; register 4 kk + 2 + i those of j = 4 kk + 2, 4 kk + 3.
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 32; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int j = 4 * kk + 2 * half;
+            p[4 * kk + 2 * half + i] = pack4_e4m3(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1], pf[4 * (j + 1) + 2 * i],
+                                                  pf[4 * (j + 1) + 2 * i + 1]);
+          }
+        }
+      }
+    } else {
+      // A fragment of k-slice kk (16 keys): registers 4 kk .. 4 kk + 3, register 2 j + i holding row r0 + 8 i,
+      // columns 8 j + cq + {0, 1}.
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) p[2 * j + i] = pack2<BF16>(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1]);
+      }
+    }
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void store_pair(T* dst, float x, float y);
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* dst, float x, float y) {
+  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) {
+  *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+}
+
+// Epilogue of a thread's two rows (row0 and row0 + 8, absolute): out = O / l, lse = (m + log2 l) ln 2 (l and O
+// carry kFp8Max in the fast mode; v_scale is applied here).
+template <int D, typename Out, bool FP8, typename Softmax>
+__device__ __forceinline__ void store_rows(const KernelArgs& a, const float (&o)[D / 2], const Softmax& softmax,
+                                           int b, int h, int bhk, int row0, int cq, int lane) {
+  const int bh = b * a.heads_q + h;
+  Out* out = static_cast<Out*>(a.out) + b * a.o_stride_b + h * a.o_stride_h;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = softmax.l_row[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + 8 * i;
+    if (row >= a.qo_len) continue;
+    const float inv = 1.0f / l;  // every row sees key 0 (kv_len >= 1); a NaN l stays NaN, as on the CPU
+    Out* dst = out + static_cast<int64_t>(row) * a.o_stride_n;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = 8 * j + cq;  // and col + 1: head_dim is a multiple of 8
+      if (col >= a.head_dim) continue;  // padding columns (zero V) are not stored
+      float x = o[4 * j + 2 * i] * inv, y = o[4 * j + 2 * i + 1] * inv;
+      if constexpr (FP8) {  // l sums p * kFp8Max: out = acc * v_scale / l
+        const float* vs = a.v_scale + static_cast<int64_t>(bhk) * a.head_dim + col;
+        x *= vs[0];
+        y *= vs[1];
+      }
+      store_pair<Out>(dst + col, x, y);
+    }
+    if (lane % 4 == 0) {
+      const float m = softmax.m_row[i] - softmax.kShift;
+      a.lse[static_cast<int64_t>(bh) * a.qo_len + row] = (m + log2f(l)) * 0.6931471805599453f;
+    }
+  }
+}
+
+// ---- host ----------------------------------------------------------------------------------------------------------
+
+// Above 48 KiB of dynamic shared memory needs the attribute, which is set once per device and kernel (the statics
+// belong to one instantiation, that is one kernel).
+template <auto kernel>
+cudaError_t allow_dynamic_smem(int bytes) {
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::vector<bool> configured;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<size_t>(device) >= configured.size()) configured.resize(device + 1, false);
+  if (!configured[device]) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return err;
+    configured[device] = true;
+  }
+  return cudaSuccess;
+}
+
+// Launcher<D, BF16, Out, CAUSAL, FP8>::run(p, maps, stream) of the instantiation the params ask for: head_dim
+// padded to 64 or 128; V fp16, bf16 or e4m3 (the fast mode); out fp16, bf16 or float32; causal or not.
+template <template <int, bool, typename, bool, bool> class Launcher>
+int launch_for_types(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                     const CUtensorMap& v_map, cudaStream_t stream) {
+  const auto by_out = [&](auto d, auto bf16, auto fp8) {
+    constexpr int D = decltype(d)::value;
+    constexpr bool BF16 = decltype(bf16)::value, FP8 = decltype(fp8)::value;
+    switch (p.out_type) {
+      case OutType::kFloat16:
+        return p.causal ? Launcher<D, BF16, __half, true, FP8>::run(p, q_map, k_map, v_map, stream)
+                        : Launcher<D, BF16, __half, false, FP8>::run(p, q_map, k_map, v_map, stream);
+      case OutType::kBFloat16:
+        return p.causal ? Launcher<D, BF16, __nv_bfloat16, true, FP8>::run(p, q_map, k_map, v_map, stream)
+                        : Launcher<D, BF16, __nv_bfloat16, false, FP8>::run(p, q_map, k_map, v_map, stream);
+      default:
+        return p.causal ? Launcher<D, BF16, float, true, FP8>::run(p, q_map, k_map, v_map, stream)
+                        : Launcher<D, BF16, float, false, FP8>::run(p, q_map, k_map, v_map, stream);
+    }
+  };
+  const auto by_v = [&](auto d) {
+    using False = std::integral_constant<bool, false>;
+    using True = std::integral_constant<bool, true>;
+    switch (p.v_type) {
+      case VType::kFloat8: return by_out(d, False{}, True{});
+      case VType::kBFloat16: return by_out(d, True{}, False{});
+      default: return by_out(d, False{}, False{});
+    }
+  };
+  return p.head_dim_pad == 128 ? by_v(std::integral_constant<int, 128>{}) : by_v(std::integral_constant<int, 64>{});
+}
+
+}  // namespace
+}  // namespace sm90
+}  // namespace sage

@@ -1,0 +1,290 @@
+// Warp-specialized Hopper kernel of sage::qk_int8_attention (Schedule::kWarpSpecialized), both P.V modes.
+//
+// A CTA of 384 threads covers 128 query rows. Warpgroup 0 is the producer: it gives most of its registers back
+// (setmaxnreg) and one thread issues every TMA load into a ring of kStages K and V tiles, each stage with a "full"
+// mbarrier (the TMA's bytes) and an "empty" one (one arrival from each consumer warp once its wgmma has read it).
+// Warpgroups 1 and 2 are consumers of 64 rows each, with 240 registers a thread. Per key block n a consumer:
+//   waits for K(n) and V(n - 1), takes its turn, issues Q.K^T(n) and P.V(n - 1), passes the turn,
+//   waits for Q.K^T(n) and releases K(n), runs the softmax of block n beside its own P.V(n - 1),
+//   waits for P.V(n - 1), releases V(n - 1), rescales O, and packs P(n).
+// Turns (named barriers 1 and 2) make the two consumers issue their products in alternation, so that one's softmax
+// runs while the other's products keep the tensor cores busy. The arithmetic is that of the serial kernel, in the
+// same order (attention_parts.cuh), so both give the same bits.
+#include "attention_parts.cuh"
+
+namespace sage {
+namespace sm90 {
+namespace {
+
+constexpr int kConsumers = 2;                       // consumer warpgroups, kRows query rows each
+constexpr int kWarpgroup = 128;
+constexpr int kWsThreads = kWarpgroup * (1 + kConsumers);
+constexpr int kWsRows = kConsumers * kRows;         // query rows of a CTA: one q-scale block
+constexpr int kWsStages = 2;                        // K and V tiles in flight
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+static_assert(kProducerRegs * kWarpgroup + kConsumerRegs * kWarpgroup * kConsumers <= 65536, "register file");
+static_assert(kWsRows == kBlockQ, "a CTA's rows share one q scale");
+constexpr int kTurnBarrier = 1;                     // named barrier 1 + w: consumer w's turn on the tensor cores
+constexpr int kTurnThreads = 2 * kWarpgroup;        // the one whose turn it is (sync) and the one before it (arrive)
+constexpr int kReleases = kConsumers * kWarpgroup / 32;  // one arrival a consumer warp frees a stage
+
+// Q (one tile a consumer), then the K and V rings, after 1024 bytes of barriers.
+template <int D, bool FP8>
+struct WsSmem {
+  using T = Tiles<D, FP8>;
+  static constexpr int kQ = T::kAlign;
+  static constexpr int kK = kQ + kConsumers * T::kQBytes;
+  static constexpr int kV = kK + kWsStages * T::kKBytes;
+  static constexpr int kBytes = kV + kWsStages * T::kVBytes;
+  static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
+  static_assert(kAllocBytes <= 227 * 1024, "one CTA's shared memory");
+};
+
+struct WsBarriers {
+  uint64_t q_full;
+  uint64_t k_full[kWsStages], k_empty[kWsStages];
+  uint64_t v_full[kWsStages], v_empty[kWsStages];
+};
+static_assert(sizeof(WsBarriers) <= 1024, "barriers fit before Q");
+
+template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    qk_int8_attention_ws_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                                const __grid_constant__ CUtensorMap v_map, const KernelArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = WsSmem<D, FP8>;
+  using T = Tiles<D, FP8>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = aligned_smem(smem_raw);
+  WsBarriers* bars = reinterpret_cast<WsBarriers*>(smem);
+  uint8_t* k_tiles = smem + L::kK;
+  uint8_t* v_tiles = smem + L::kV;
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / kWarpgroup, 0);  // warp-uniform role
+  // Both consumers run every key block of the CTA: with 128-key blocks and 128-row CTAs, the last block reaches
+  // the first consumer's rows too.
+  const CtaTile<CAUSAL, kWsRows> tile(a);
+  const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
+  const int n_blocks = tile.n_blocks;
+
+  if (tid == 0) {
+    prefetch_tensor_map(&q_map);
+    prefetch_tensor_map(&k_map);
+    prefetch_tensor_map(&v_map);
+    mbar_init(&bars->q_full, 1);
+    for (int s = 0; s < kWsStages; ++s) {
+      mbar_init(&bars->k_full[s], 1);
+      mbar_init(&bars->v_full[s], 1);
+      mbar_init(&bars->k_empty[s], kReleases);
+      mbar_init(&bars->v_empty[s], kReleases);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer ----
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      mbar_arrive_expect_tx(&bars->q_full, kConsumers * T::kQBytes);
+      for (int c = 0; c < kConsumers; ++c) {
+        tma_load_3d(smem + L::kQ + c * T::kQBytes, &q_map, &bars->q_full, 0, m0 + c * kRows, bh);
+      }
+      // In the order the consumers use them: K(n) beside V(n - 1). A stage is refilled after both consumers
+      // released the block kWsStages before (that release is the stage's empty barrier's completion n / S - 1).
+      for (int n = 0; n <= n_blocks; ++n) {
+        if (n < n_blocks) {
+          const int s = n % kWsStages;
+          if (n >= kWsStages) mbar_wait(&bars->k_empty[s], ((n / kWsStages) - 1) & 1);
+          load_k<D, FP8>(k_tiles + s * T::kKBytes, &k_map, &bars->k_full[s], n * kBlockN, bhk);
+        }
+        if (n > 0) {
+          const int nv = n - 1, s = nv % kWsStages;
+          if (nv >= kWsStages) mbar_wait(&bars->v_empty[s], ((nv / kWsStages) - 1) & 1);
+          load_v<D, FP8>(v_tiles + s * T::kVBytes, &v_map, &bars->v_full[s], nv * kBlockN, bhk, hk, b);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  setmaxnreg_inc<kConsumerRegs>();
+  const int cw = wg - 1, ctid = tid % kWarpgroup, warp = ctid / 32, lane = tid % 32;
+  const int my_turn = kTurnBarrier + cw, next_turn = kTurnBarrier + (cw + 1) % kConsumers;
+  const bool last = cw == kConsumers - 1;  // the one that hands the first turn to consumer 0
+  const int row0 = m0 + cw * kRows;
+  const int r0 = 16 * warp + lane / 4, cq = 2 * (lane % 4);
+  const float q_scale = a.q_scale[static_cast<int64_t>(bh) * (a.nq_pad / kBlockQ) + m0 / kBlockQ];
+  const float* k_scales = a.k_scale + static_cast<int64_t>(bhk) * (a.nk_pad / kBlockK);
+  const float kInf = __int_as_float(0x7f800000);
+  // Blocks before n_full need no mask: they end at or before kv_len and (causal) at or before the first row.
+  const int n_full = min(a.kv_len / kBlockN, CAUSAL ? (row0 + 1) / kBlockN : n_blocks);
+  const uint32_t q_addr = smem_addr(smem + L::kQ + cw * T::kQBytes);
+  const auto k_addr = [&](int n) { return smem_addr(k_tiles + (n % kWsStages) * T::kKBytes); };
+  const auto v_addr = [&](int n) { return smem_addr(v_tiles + (n % kWsStages) * T::kVBytes); };
+  const auto release = [&](uint64_t* empty) {
+    if (lane == 0) mbar_arrive(empty);
+  };
+
+  OnlineSoftmax<BF16, CAUSAL, FP8> softmax{{-kInf, -kInf}, {0.0f, 0.0f}, q_scale, k_scales, a.kv_len, a.nk_pad,
+                                           row0 + r0};
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float o_blk[FP8 ? D / 2 : 1];
+  uint32_t p[kPRegs<FP8>];
+  float alpha_prev[2];  // fast mode: block n - 1's alpha, applied when its P.V is added to O
+
+  const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], float (&pf)[kBlockN / 2],
+                                 float (&alpha)[2]) {
+    if (n < n_full) {
+      softmax.template scores<false>(n, s_acc, cq, pf, alpha);
+    } else {
+      softmax.template scores<true>(n, s_acc, cq, pf, alpha);
+    }
+  };
+  const auto fence_pv_operands = [&]() {  // O (or the fresh block accumulator) and P are written before the fence
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
+#pragma unroll
+    for (int i = 0; i < kPRegs<FP8>; ++i) fence_operand(p[i]);
+  };
+  const auto issue_pv = [&](int n) {
+    if constexpr (FP8) {
+      pv_tile_fp8<D>(o_blk, p, v_addr(n));
+    } else {
+      pv_tile<D, BF16>(o, p, v_addr(n));
+    }
+    wgmma_commit();
+  };
+  const auto fence_softmax = [](float (&pf)[kBlockN / 2], float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(pf[i]);
+    fence_operand(alpha[0]);
+    fence_operand(alpha[1]);
+  };
+  const auto fence_pv_result = [&]() {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) {
+      if constexpr (FP8) {
+        fence_operand(o_blk[i]);
+      } else {
+        fence_operand(o[i]);
+      }
+    }
+  };
+  const auto add_fast_block = [&]() {  // fast mode: O = O * alpha(n - 1) + P.V(n - 1), as the serial kernel does
+    if constexpr (FP8) {
+#pragma unroll
+      for (int r = 0; r < D / 2; ++r) o[r] = fmaf(o[r], alpha_prev[(r / 2) % 2], o_blk[r]);
+    }
+  };
+
+  if (last) named_bar_arrive(kTurnBarrier, kTurnThreads);  // consumer 0 goes first
+  mbar_wait(&bars->q_full, 0);
+
+  // Block 0: Q.K^T alone.
+  {
+    int32_t s_acc[kBlockN / 2];
+    float pf[kBlockN / 2];
+    float alpha[2];
+    mbar_wait(&bars->k_full[0], 0);
+    named_bar_sync(my_turn, kTurnThreads);
+    wgmma_fence();
+    qk_tile<D>(s_acc, q_addr, k_addr(0));
+    wgmma_commit();
+    named_bar_arrive(next_turn, kTurnThreads);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
+    release(&bars->k_empty[0]);
+    softmax_block(0, s_acc, pf, alpha);
+    softmax.pack(pf, p);  // O is still 0: nothing to rescale
+    alpha_prev[0] = alpha[0];
+    alpha_prev[1] = alpha[1];
+  }
+
+  // Blocks 1 .. n_blocks - 1: Q.K^T(n) and P.V(n - 1) in flight together, the softmax of n beside P.V(n - 1).
+  for (int n = 1; n < n_blocks; ++n) {
+    int32_t s_acc[kBlockN / 2];
+    float pf[kBlockN / 2];
+    float alpha[2];
+    mbar_wait(&bars->k_full[n % kWsStages], (n / kWsStages) & 1);
+    mbar_wait(&bars->v_full[(n - 1) % kWsStages], ((n - 1) / kWsStages) & 1);
+    named_bar_sync(my_turn, kTurnThreads);
+    fence_pv_operands();
+    wgmma_fence();
+    qk_tile<D>(s_acc, q_addr, k_addr(n));
+    wgmma_commit();
+    issue_pv(n - 1);
+    named_bar_arrive(next_turn, kTurnThreads);
+    wgmma_wait<1>();  // Q.K^T(n) is done, P.V(n - 1) may still run
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
+    release(&bars->k_empty[n % kWsStages]);
+    softmax_block(n, s_acc, pf, alpha);
+    fence_softmax(pf, alpha);  // the softmax stays before the wait, beside P.V(n - 1), and P is packed after it
+    wgmma_wait<0>();
+    fence_softmax(pf, alpha);
+    fence_pv_result();
+    release(&bars->v_empty[(n - 1) % kWsStages]);
+    if constexpr (FP8) {
+      add_fast_block();
+      alpha_prev[0] = alpha[0];
+      alpha_prev[1] = alpha[1];
+    } else {
+#pragma unroll
+      for (int r = 0; r < D / 2; ++r) o[r] *= alpha[(r / 2) % 2];  // register 4 j + 2 i + c holds row r0 + 8 i
+    }
+    softmax.pack(pf, p);
+  }
+
+  // The last block's P.V. The last consumer keeps its final turn: consumer 0 has no turn left to take.
+  {
+    const int n = n_blocks - 1;
+    mbar_wait(&bars->v_full[n % kWsStages], (n / kWsStages) & 1);
+    named_bar_sync(my_turn, kTurnThreads);
+    fence_pv_operands();
+    wgmma_fence();
+    issue_pv(n);
+    if (!last) named_bar_arrive(next_turn, kTurnThreads);
+    wgmma_wait<0>();
+    fence_pv_result();
+    release(&bars->v_empty[n % kWsStages]);
+    add_fast_block();
+  }
+
+  store_rows<D, Out, FP8>(a, o, softmax, b, h, bhk, row0 + r0, cq, lane);
+#else
+  __trap();  // built without sm_90a: the host never launches it there (it dispatches on sm_90 only)
+#endif
+}
+
+template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
+struct WsLaunch {
+  static int run(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                 const CUtensorMap& v_map, cudaStream_t stream) {
+    constexpr auto kernel = qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>;
+    constexpr int smem = WsSmem<D, FP8>::kAllocBytes;
+    if (const cudaError_t err = allow_dynamic_smem<kernel>(smem); err != cudaSuccess) return static_cast<int>(err);
+    const dim3 grid(static_cast<unsigned>((p.qo_len + kWsRows - 1) / kWsRows), static_cast<unsigned>(p.heads_q),
+                    static_cast<unsigned>(p.batch));
+    kernel<<<grid, kWsThreads, smem, stream>>>(q_map, k_map, v_map, make_kernel_args(p));
+    return static_cast<int>(cudaGetLastError());
+  }
+};
+
+}  // namespace
+
+namespace detail {
+
+int launch_warp_specialized(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                            const CUtensorMap& v_map, cudaStream_t stream) {
+  return launch_for_types<WsLaunch>(p, q_map, k_map, v_map, stream);
+}
+
+}  // namespace detail
+}  // namespace sm90
+}  // namespace sage
