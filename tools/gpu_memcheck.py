@@ -1,6 +1,7 @@
 """Runs the prologue (HIP and Triton) and the attention over awkward shapes, for compute-sanitizer:
 compute-sanitizer --tool memcheck --error-exitcode 1 python tools/gpu_memcheck.py [--attention] [--sm90]
-(--sm90: the attention calls also with SAGEATTN_SK1_SM90=1, the hand-written Hopper kernel, on an sm_90 GPU)"""
+(--sm90: the attention calls also with SAGEATTN_SK1_SM90=1 and =ws, the hand-written Hopper kernel's two schedules,
+on an sm_90 GPU)"""
 import os
 import sys
 
@@ -20,7 +21,7 @@ for impl in ("hip", "triton"):
             for smooth_k in (False, True):
                 torch.ops.sage.quant_qk_int8(q, k, "NHD", 0.1, smooth_k)
                 if "--attention" in sys.argv:
-                    for sm90 in ("0", "1") if "--sm90" in sys.argv else ("0",):
+                    for sm90 in ("0", "1", "ws") if "--sm90" in sys.argv else ("0",):
                         os.environ["SAGEATTN_SK1_SM90"] = sm90
                         for mode in ("fp16", "fp8"):
                             torch.ops.sage.attention(q, k, v, "NHD", True, None, smooth_k, mode)
