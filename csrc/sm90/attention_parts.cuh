@@ -395,6 +395,19 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return cudaSuccess;
 }
 
+// One launch of `kernel` on CTAs of kCtaThreads threads covering kCtaRows query rows each (grid: row tiles x heads
+// x batch), with kSmemBytes of dynamic shared memory.
+template <auto kernel, int kSmemBytes, int kCtaRows, int kCtaThreads>
+int launch_row_tiles(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                     const CUtensorMap& v_map, cudaStream_t stream) {
+  const cudaError_t err = allow_dynamic_smem<kernel>(kSmemBytes);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  const dim3 grid(static_cast<unsigned>((p.qo_len + kCtaRows - 1) / kCtaRows), static_cast<unsigned>(p.heads_q),
+                  static_cast<unsigned>(p.batch));
+  kernel<<<grid, kCtaThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, make_kernel_args(p));
+  return static_cast<int>(cudaGetLastError());
+}
+
 // Launcher<D, BF16, Out, CAUSAL, FP8>::run(p, maps, stream) of the instantiation the params ask for: head_dim
 // padded to 64 or 128; V fp16, bf16 or e4m3 (the fast mode); out fp16, bf16 or float32; causal or not.
 template <template <int, bool, typename, bool, bool> class Launcher>

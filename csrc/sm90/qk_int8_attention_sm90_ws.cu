@@ -266,13 +266,8 @@ template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 struct WsLaunch {
   static int run(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                  const CUtensorMap& v_map, cudaStream_t stream) {
-    constexpr auto kernel = qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>;
-    constexpr int smem = WsSmem<D, FP8>::kAllocBytes;
-    if (const cudaError_t err = allow_dynamic_smem<kernel>(smem); err != cudaSuccess) return static_cast<int>(err);
-    const dim3 grid(static_cast<unsigned>((p.qo_len + kWsRows - 1) / kWsRows), static_cast<unsigned>(p.heads_q),
-                    static_cast<unsigned>(p.batch));
-    kernel<<<grid, kWsThreads, smem, stream>>>(q_map, k_map, v_map, make_kernel_args(p));
-    return static_cast<int>(cudaGetLastError());
+    return launch_row_tiles<qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>, WsSmem<D, FP8>::kAllocBytes,
+                            kWsRows, kWsThreads>(p, q_map, k_map, v_map, stream);
   }
 };
 
