@@ -57,6 +57,18 @@ def test_which_kernel_each_setting_runs(monkeypatch, setting, mode, n, expect_sm
     assert any("attn" in name or "attention" in name for name in names), sorted(names)
 
 
+@pytest.mark.parametrize("mode,n,d,causal,expect", [
+    ("fp16", 4096, 128, False, 1), ("fp16", 4096, 80, False, 1),  # accurate, head_dim 128 (padded), long: ws
+    ("fp16", 4096, 128, True, 0), ("fp8", 4096, 128, False, 0), ("fp16", 4096, 64, False, 0),
+    ("fp16", 2048, 128, False, 0)])
+def test_auto_picks_the_faster_schedule(monkeypatch, mode, n, d, causal, expect):
+    monkeypatch.delenv("SAGEATTN_SK1_SM90")
+    q, k, v = make_qkv(1, 2, 2, n, n, d, dtype=torch.float16, device="cuda", seed=n + d)
+    names = kernels(lambda: torch.ops.sage.attention(q, k, v, "HND", causal, None, True, mode))
+    sm90 = {name.split("<")[0].split("::")[-1] for name in names if "sm90" in name}
+    assert SM90_KERNELS[expect] in sm90 and SM90_KERNELS[1 - expect] not in sm90, sorted(names)
+
+
 def run_sm90(fn):
     """fn()'s result, asserting that the sm90 kernel of the forced schedule was among the kernels it launched."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

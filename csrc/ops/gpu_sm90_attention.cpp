@@ -13,6 +13,22 @@ namespace sage {
 // 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099).
 constexpr int64_t kMinFastKeys = 512;
 
+// The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128
+// without a causal mask, on calls of thousands of tokens (F21, three runs on the H200: 1.17-1.21x cuDNN against
+// 1.12-1.17x at 32760 and 75600 tokens, 0.95-1.02x against 0.94-0.99x at 2x24x16384, 2 runs of 3 at 4608); slower at
+// head_dim 64, causal, in the fast mode and at 256-1024 tokens.
+constexpr int64_t kMinWsTokens = 4096;
+
+namespace {
+
+sm90::Schedule pick_schedule(const AttentionArgs& a, int64_t head_dim_pad, Sm90Use use) {
+  const bool auto_ws = use == Sm90Use::kAuto && !a.fp8 && head_dim_pad == 128 && !a.is_causal &&
+                       a.qo_len >= kMinWsTokens && a.kv_len >= kMinWsTokens;
+  return use == Sm90Use::kForceWs || auto_ws ? sm90::Schedule::kWarpSpecialized : sm90::Schedule::kSerial;
+}
+
+}  // namespace
+
 bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use) {
   if (use == Sm90Use::kAuto && a.fp8 && a.kv_len < kMinFastKeys) return false;
   if (a.q_int8.size(3) != 64 && a.q_int8.size(3) != 128) return false;  // before the fast mode's workspace
@@ -46,7 +62,7 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.head_dim = a.head_dim;
   p.head_dim_pad = a.q_int8.size(3);
   p.causal = a.is_causal;
-  p.schedule = use == Sm90Use::kForceWs ? sm90::Schedule::kWarpSpecialized : sm90::Schedule::kSerial;
+  p.schedule = pick_schedule(a, p.head_dim_pad, use);
   at::Tensor workspace;
   if (a.fp8) {
     p.v_scale = a.v_scale->const_data_ptr<float>();

@@ -42,8 +42,9 @@ Sm90Use sm90_use() {
   const char* env = std::getenv("SAGEATTN_SK1_SM90");
   const std::string value = env == nullptr ? "" : env;
   TORCH_CHECK(value.empty() || value == "0" || value == "1" || value == "ws",
-              "sage: SAGEATTN_SK1_SM90 must be unset (the hand-written Hopper kernel on sm_90 where it is faster), "
-              "\"1\" (wherever it can run), \"ws\" (the same, warp-specialized; experimental) or \"0\" (the Triton "
+              "sage: SAGEATTN_SK1_SM90 must be unset (the hand-written Hopper kernel on sm_90 where it is faster, "
+              "in the schedule that is faster), \"1\" (wherever it can run, serial schedule), \"ws\" (the same, "
+              "warp-specialized schedule) or \"0\" (the Triton "
               "kernel), got \"", value, "\"");
   if (value.empty()) return Sm90Use::kAuto;
   return value == "1" ? Sm90Use::kForce : value == "ws" ? Sm90Use::kForceWs : Sm90Use::kOff;

@@ -28,8 +28,9 @@ void check_input(const at::Tensor& t, const char* name, bool allow_fp32);
 bool use_triton_prologue();
 
 // SAGEATTN_SK1_SM90, the hand-written Hopper attention kernel where the build has it and the call suits it:
-// unset or empty: kAuto (where it is the faster kernel), "1": kForce (every call it can take), "ws": kForceWs (the
-// same with its warp-specialized schedule, experimental), "0": kOff (the Triton kernel); any other value raises.
+// unset or empty: kAuto (where it is the faster kernel, in the faster schedule), "1": kForce (every call it can take,
+// serial schedule), "ws": kForceWs (the same, warp-specialized schedule), "0": kOff (the Triton kernel); any other
+// value raises.
 enum class Sm90Use { kOff, kAuto, kForce, kForceWs };
 Sm90Use sm90_use();
 
