@@ -163,12 +163,16 @@ def test_gpu_kernels_check_the_device_first(gpu, kernel, args, gcn, match):
         kernel(*args)
 
 
-def test_cpp_prologue_checks_the_arch_first_on_rocm():
-    """csrc/ops/gpu_prologue.cpp (compiled only on a GPU machine) calls the C++ check before anything else."""
+def test_cpp_prologue_checks_the_arch_first():
+    """csrc/ops/gpu_prologue.cpp (compiled only on a GPU machine) calls the C++ check (device_arch, which on ROCm
+    starts with check_amd_arch) before anything else, on CUDA and ROCm alike."""
     src = (ROOT / "csrc" / "ops" / "gpu_prologue.cpp").read_text()
     body = src[src.index("QuantOut quant_qk_int8_gpu("):]
     body = body[body.index("{") + 1:]
-    assert re.match(r"\s*#if defined\(USE_ROCM\)\s*check_amd_arch\(q\.device\(\)\);", body), body[:200]
+    assert re.match(r"\s*device_arch\(q\.device\(\)\);", body), body[:200]
+    arch = (ROOT / "csrc" / "ops" / "gpu_arch.cpp").read_text()
+    arch = arch[arch.index("std::string device_arch("):]
+    assert re.match(r"[^{]*\{\s*#if defined\(USE_ROCM\)\s*check_amd_arch\(device\);", arch), arch[:200]
 
 
 PARITY_CASES = [(gcn, env) for gcn in ("gfx1201", "gfx1201:sramecc-:xnack-", "gfx1200", "gfx1200:xnack-",

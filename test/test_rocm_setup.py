@@ -88,7 +88,7 @@ def test_rocm_branch_leaves_csrc_hip_alone(tree, monkeypatch):
     # The hipified host code: c10/cuda headers -> their HIP versions; our headers and the arch check untouched.
     hipified = after["csrc/ops/gpu_prologue_hip.cpp"].decode()
     assert "c10/cuda/" not in hipified and "cudaGetErrorString" not in hipified
-    for line in ('#include "gpu_arch.h"', '#include "quant_qk_int8.h"', "check_amd_arch(q.device());"):
+    for line in ('#include "gpu_arch.h"', '#include "quant_qk_int8.h"', "device_arch(q.device());"):
         assert line in hipified
     # BuildExtension sends .hip sources to hipcc, with one --offload-arch per PYTORCH_ROCM_ARCH entry.
     assert env["PYTORCH_ROCM_ARCH"] == "gfx1201;gfx1200"

@@ -17,20 +17,21 @@ namespace {
 
 using QuantOut = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
+QuantOut triton_prologue(const at::Tensor& q, const at::Tensor& k, c10::string_view layout, double sm_scale,
+                         bool smooth_k) {
+  static auto triton = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("sage::_quant_qk_int8_triton", "")
+                           .typed<QuantOut(const at::Tensor&, const at::Tensor&, c10::string_view, double, bool)>();
+  return triton.call(q, k, layout, sm_scale, smooth_k);
+}
+
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
                            bool smooth_k) {
-#if defined(USE_ROCM)
-  check_amd_arch(q.device());  // gfx1201; gfx1200 with SAGEATTN_SK1_GFX1200=1; else a clear error
-#endif
+  device_arch(q.device());  // a GPU torch_sage does not run on (before sm_80, AMD but gfx1201/gfx1200): its error
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
-  if (use_triton_prologue()) {
-    static auto triton = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("sage::_quant_qk_int8_triton", "")
-                             .typed<QuantOut(const at::Tensor&, const at::Tensor&, c10::string_view, double, bool)>();
-    return triton.call(q, k, layout, sm_scale, smooth_k);
-  }
+  if (use_triton_prologue()) return triton_prologue(q, k, layout, sm_scale, smooth_k);
   const c10::cuda::CUDAGuard guard(q.device());
   QuantQK r = allocate_quant_qk(q, k, hnd, smooth_k);
   const HeadView vq = head_view(q, hnd), vk = head_view(k, hnd);
@@ -66,6 +67,17 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
     p.workspace = workspace.data_ptr();
   }
   const int err = launch_quant_qk_int8(p, c10::cuda::getCurrentCUDAStream().stream());
+#if !defined(USE_ROCM)
+  if (err == cudaErrorNoKernelImageForDevice) {
+    // An NVIDIA arch the build did not compile for (TORCH_CUDA_ARCH_LIST): the first launch failed and nothing
+    // ran, so the Triton prologue, compiled on first use, takes the call, as the attention kernel's fallback does.
+    (void)cudaGetLastError();
+    TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (",
+                    device_arch(q.device()), "); using the Triton prologue, compiled on first use. Rebuild with ",
+                    "TORCH_CUDA_ARCH_LIST including this GPU's compute capability to precompile it.");
+    return triton_prologue(q, k, layout, sm_scale, smooth_k);
+  }
+#endif
   TORCH_CHECK(err == 0, "sage::quant_qk_int8: kernel launch failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(err)));
   return {r.q_int8, r.q_scale, r.k_int8, r.k_scale, r.k_mean};
