@@ -83,8 +83,8 @@ namespace {
 enum class PvMode { kFp16, kFp8 };
 
 PvMode resolve_pv_mode(const std::string& mode) {
-  // "auto" is the accurate mode everywhere: on the H200 it is also the faster one (docs/FINDINGS.md F7);
-  // no other GPU has been measured.
+  // "auto" is the accurate mode everywhere: the fast mode misses its accuracy bound (README's results), though on
+  // the H200 it is the faster one (docs/FINDINGS.md F21).
   if (mode == "auto" || mode == "fp16") return PvMode::kFp16;
   if (mode == "fp8") return PvMode::kFp8;
   TORCH_CHECK(false, "sage: pv_mode must be \"auto\", \"fp16\" (accurate: P and V in float16) or \"fp8\" "
