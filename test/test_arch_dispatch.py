@@ -169,7 +169,7 @@ def test_cpp_prologue_checks_the_arch_first():
     src = (ROOT / "csrc" / "ops" / "gpu_prologue.cpp").read_text()
     body = src[src.index("QuantOut quant_qk_int8_gpu("):]
     body = body[body.index("{") + 1:]
-    assert re.match(r"\s*device_arch\(q\.device\(\)\);", body), body[:200]
+    assert re.match(r"\s*const std::string arch = device_arch\(q\.device\(\)\);", body), body[:200]
     arch = (ROOT / "csrc" / "ops" / "gpu_arch.cpp").read_text()
     arch = arch[arch.index("std::string device_arch("):]
     assert re.match(r"[^{]*\{\s*#if defined\(USE_ROCM\)\s*check_amd_arch\(device\);", arch), arch[:200]

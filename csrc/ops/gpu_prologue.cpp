@@ -27,7 +27,7 @@ QuantOut triton_prologue(const at::Tensor& q, const at::Tensor& k, c10::string_v
 
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
                            bool smooth_k) {
-  device_arch(q.device());  // a GPU torch_sage does not run on (before sm_80, AMD but gfx1201/gfx1200): its error
+  const std::string arch = device_arch(q.device());  // a GPU torch_sage does not run on: its error first
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
@@ -69,11 +69,11 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
   const int err = launch_quant_qk_int8(p, c10::cuda::getCurrentCUDAStream().stream());
 #if !defined(USE_ROCM)
   if (err == cudaErrorNoKernelImageForDevice) {
-    // An NVIDIA arch the build did not compile for (TORCH_CUDA_ARCH_LIST): the first launch failed and nothing
-    // ran, so the Triton prologue, compiled on first use, takes the call, as the attention kernel's fallback does.
-    (void)cudaGetLastError();
-    TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (",
-                    device_arch(q.device()), "); using the Triton prologue, compiled on first use. Rebuild with ",
+    // An NVIDIA arch the build did not compile for (TORCH_CUDA_ARCH_LIST): the first launch failed (the launcher
+    // read, and so cleared, its error) and nothing ran, so the Triton prologue, compiled on first use, takes the
+    // call, as the attention kernel's fallback does.
+    TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (", arch,
+                    "); using the Triton prologue, compiled on first use. Rebuild with ",
                     "TORCH_CUDA_ARCH_LIST including this GPU's compute capability to precompile it.");
     return triton_prologue(q, k, layout, sm_scale, smooth_k);
   }
