@@ -39,7 +39,8 @@ TOOLS = ("clang++-19", "llvm-objdump-19", "llvm-readelf-19", "llvm-objcopy-19", 
 REQUIRED = os.environ.get("SAGE_REQUIRE_AMD_COMPILE") == "1"
 
 # Kernels each source must contain, by (unmangled) name: (instantiations, launch threads at most).
-KERNELS = {"quant_qk_int8.hip": {"quant_qk_int8_kernel": (4, 512), "k_colsum_kernel": (4, 256)}}
+KERNELS = {"quant_qk_int8.hip": {"quant_qk_int8_kernel": (4, 512), "k_colsum_kernel": (4, 256)},
+           "quant_v_fp8.hip": {"channel_amax_kernel": (4, 256), "quant_v_kernel": (4, 256)}}
 
 
 def unavailable(reason):
@@ -218,6 +219,24 @@ def test_quant_kernels_use_the_intended_instructions(code_objects, arch):
         else:
             assert {"v_cvt_f64_f32_e32", "v_add_f64_e32"} <= used, symbol  # float64 column sums
             assert "ds_bpermute_b32" not in used, symbol
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_v_quant_kernels_use_the_intended_instructions(code_objects, arch):
+    co = code_objects[("quant_v_fp8.hip", arch)]
+    for symbol, ins in co["text"].items():
+        name, (bf16, vec) = kernel_name(symbol)  # template <bool BF16, bool VEC>
+        used = ops(ins)
+        # 8-byte row loads (4 channels) only in the vector variants, 2-byte loads only in the others.
+        assert ("global_load_b64" in used) == vec and ("global_load_u16" in used) != vec, (symbol, sorted(used))
+        f16 = {"v_cvt_f32_f16_e32", "v_cvt_f32_f16_e64", "v_fma_mix_f32", "v_fma_mixlo_f16"} & used
+        assert bool(f16) != bf16, (symbol, sorted(f16))  # fp16 -> float32 only in the fp16 variants
+        assert {"s_barrier_signal", "s_barrier_wait"} <= used, symbol
+        if name == "quant_v_kernel":
+            assert {"v_div_scale_f32", "v_div_fmas_f32", "v_div_fixup_f32"} <= used, symbol  # IEEE divisions
+            assert ("global_store_b8" in used) != vec, symbol  # 4 channels a store in the vector variants
+        else:
+            assert not {"v_div_scale_f32", "ds_bpermute_b32"} & used, symbol  # integer maxima only
 
 
 @pytest.mark.parametrize("src", HIP_SOURCES, ids=lambda p: p.name)

@@ -88,6 +88,9 @@ BAD_INPUTS = [
     ("SAGEATTN_SK1_PROLOGUE=foo",
      "os.environ['SAGEATTN_SK1_PROLOGUE'] = 'foo'\ntry:\n    attention(q, k, v)\n"
      "finally:\n    del os.environ['SAGEATTN_SK1_PROLOGUE']", RuntimeError, "SAGEATTN_SK1_PROLOGUE"),
+    ("SAGEATTN_SK1_PROLOGUE=foo, quant_v_fp8",
+     "os.environ['SAGEATTN_SK1_PROLOGUE'] = 'foo'\ntry:\n    torch.ops.sage.quant_v_fp8(v, 'HND')\n"
+     "finally:\n    del os.environ['SAGEATTN_SK1_PROLOGUE']", RuntimeError, "SAGEATTN_SK1_PROLOGUE"),
     ("SAGEATTN_SK1_GFX1200=yes",
      "os.environ['SAGEATTN_SK1_GFX1200'] = 'yes'\ntry:\n    attention(q, k, v)\n"
      "finally:\n    del os.environ['SAGEATTN_SK1_GFX1200']", RuntimeError, "SAGEATTN_SK1_GFX1200"),

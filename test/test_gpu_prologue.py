@@ -1,5 +1,6 @@
-"""The prologue on the GPU: the HIP kernel, the Triton kernel and the CPU kernel agree bit for bit; no length
-ceiling; the setting SAGEATTN_SK1_PROLOGUE; the default path compiles nothing."""
+"""The prologue on the GPU (sage::quant_qk_int8 and the fast mode's sage::quant_v_fp8): the HIP kernels, the Triton
+kernels and the CPU kernels agree bit for bit; no length ceiling; the setting SAGEATTN_SK1_PROLOGUE; the default path
+compiles nothing."""
 import math
 import os
 import subprocess
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.gpu
 LENGTHS = [1, 2, 63, 64, 65, 127, 128, 129, 255, 1000, 4097, 32767, 100000]
 
 
-def identical(a, b):
-    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0, equal_nan=True)
+def identical(a, b, what=None):
+    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0, equal_nan=True, msg=what)
 
 
 def prologue(impl, *args):
@@ -27,6 +28,70 @@ def prologue(impl, *args):
         return torch.ops.sage.quant_qk_int8(*args)
     finally:
         del os.environ["SAGEATTN_SK1_PROLOGUE"]
+
+
+def quant_v(impl, v, layout):
+    os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
+    try:
+        v8, vs = torch.ops.sage.quant_v_fp8(v, layout)
+    finally:
+        del os.environ["SAGEATTN_SK1_PROLOGUE"]
+    return v8.view(torch.uint8), vs
+
+
+def v_with_hard_channels(b, h, n, d, dtype, seed):
+    """[b, h, n, d] with channels of very different magnitudes, and in head 0 a NaN channel, an inf channel, an
+    all-zero channel and one of values so small that its scale is subnormal or 0."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(b, h, n, d, generator=g) * torch.exp(3 * torch.randn(d, generator=g))
+    v = v.to(dtype)
+    v[:, 0, n // 2, 0] = float("nan")
+    if d > 3:
+        v[:, 0, n - 1, 1] = float("-inf")
+        v[:, 0, :, 2] = 0
+        v[:, 0, :, 3] = (torch.randn(n, generator=g) * 1e-38).to(dtype)
+    return v
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 1000, 4097, 100000])
+@pytest.mark.parametrize("d", [64, 128, 33, 200])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["HND", "NHD"])
+def test_v_quant_hip_triton_cpu_bit_identical(n, d, dtype, layout):
+    v = v_with_hard_channels(2, 3, n, d, dtype, seed=n + d)
+    if layout == "NHD":
+        v = v.transpose(1, 2).contiguous()
+    cpu = torch.ops.sage.quant_v_fp8(v, layout)
+    cpu = (cpu[0].view(torch.uint8), cpu[1])
+    for impl in ("hip", "triton"):
+        for got, want, name in zip(quant_v(impl, v.cuda(), layout), cpu, ("v_fp8", "v_scale")):
+            identical(got, want, f"{impl} {name} differs from the CPU kernel's")
+
+
+def test_v_quant_of_strided_views():
+    """V as a slice of a fused QKV tensor, at an even and at an odd element offset (the element-wise path)."""
+    for offset in (0, 1):
+        flat = torch.randn(2 * 300 * 3 * 4 * 128 + offset, dtype=torch.float16)
+        v = flat[offset:].view(2, 300, 3, 4, 128)[:, :, 2]  # NHD view
+        cpu = torch.ops.sage.quant_v_fp8(v, "NHD")
+        vg = flat.cuda()[offset:].view(2, 300, 3, 4, 128)[:, :, 2]
+        for impl in ("hip", "triton"):
+            got = quant_v(impl, vg, "NHD")
+            identical(got[0], cpu[0].view(torch.uint8))
+            identical(got[1], cpu[1])
+
+
+def test_v_quant_beyond_2_to_the_31_elements():
+    # 1 x 40 x 420000 x 128 = 2.15e9 elements: 64-bit offsets everywhere. The last head, recomputed on the CPU.
+    b, h, n, d = 1, 40, 420000, 128
+    g = torch.Generator(device="cuda").manual_seed(1)
+    v = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v8, vs = quant_v("hip", v, "HND")
+    want8, want_s = torch.ops.sage.quant_v_fp8(v[:, -1:].cpu(), "HND")
+    identical(vs[:, -1:], want_s)
+    identical(v8[:, -1:, -1000:], want8.view(torch.uint8)[:, :, -1000:])
+    del v8, v
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.parametrize("n", LENGTHS)

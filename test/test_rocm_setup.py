@@ -75,7 +75,8 @@ def test_rocm_branch_leaves_csrc_hip_alone(tree, monkeypatch):
     after = snapshot(tree)
     sources = sorted(extension.sources)
     # csrc/hip: the hand-written .hip files go to hipcc as they are; no .cu (hipify would turn it into X.hip).
-    assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.hip"]
+    assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.hip",
+                                                                 "csrc/hip/quant_v_fp8.hip"]
     assert not any(s.endswith(".cu") for s in sources)
     assert str(tree / "csrc" / "hip") in extension.include_dirs
     # Nothing existing was rewritten; the new files are the hipified GPU host code beside its originals.
@@ -92,7 +93,7 @@ def test_rocm_branch_leaves_csrc_hip_alone(tree, monkeypatch):
         assert line in hipified
     # BuildExtension sends .hip sources to hipcc, with one --offload-arch per PYTORCH_ROCM_ARCH entry.
     assert env["PYTORCH_ROCM_ARCH"] == "gfx1201;gfx1200"
-    assert ext._is_cuda_file("csrc/hip/quant_qk_int8.hip")
+    assert all(ext._is_cuda_file(s) for s in sources if s.startswith("csrc/hip/"))
     with mock.patch.dict(os.environ, {"PYTORCH_ROCM_ARCH": env["PYTORCH_ROCM_ARCH"]}):
         flags = ext._get_rocm_arch_flags([])
     assert [f for f in flags if f.startswith("--offload-arch")] == ["--offload-arch=gfx1201", "--offload-arch=gfx1200"]
@@ -114,7 +115,7 @@ def test_cuda_branch_compiles_the_cu_wrappers(tree, monkeypatch):
     extension, env = run_setup(tree, monkeypatch)
     after = snapshot(tree)
     sources = sorted(extension.sources)
-    assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.cu"]
+    assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.cu", "csrc/hip/quant_v_fp8.cu"]
     assert {"csrc/ops/gpu_prologue.cpp", "csrc/ops/gpu_triton_kernels.cpp", "csrc/ops/gpu_triton_launch.cpp"} <= set(sources)
     assert after == before  # no hipify on CUDA
     # Hopper in the list: built as sm_90a (wgmma), with the hand-written kernel of csrc/sm90.

@@ -1,6 +1,8 @@
 """One attention call, for a profiler to look at (docs/FINDINGS.md F21), after one warm-up call:
 ncu --clock-control none -k "regex:qk_int8_attention(_ws)?_kernel" -s 1 -c 1 --metrics ... \
-    python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal]"""
+    python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal]
+With --kernels N it instead times N calls under torch.profiler and prints each GPU kernel's time per call: where a
+call's time goes between the prologue launches and the attention kernel."""
 import argparse
 import os
 
@@ -15,6 +17,7 @@ def main():
     p.add_argument("--sm90", help="SAGEATTN_SK1_SM90 for the call (unset: the default)")
     p.add_argument("--shape", default="1,40,8192,128", help="B,H,N,D")
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--kernels", type=int, default=0, help="calls to time per kernel (0: one call for ncu)")
     args = p.parse_args()
     if args.sm90 is not None:
         os.environ["SAGEATTN_SK1_SM90"] = args.sm90
@@ -24,6 +27,25 @@ def main():
     for _ in range(2):  # the first is the warm-up: profile the second (ncu -s 1 -c 1)
         torch_sage.attention(q, k, v, is_causal=args.causal, pv_mode=args.mode)
     torch.cuda.synchronize()
+    if args.kernels > 0:
+        print_kernel_times(lambda: torch_sage.attention(q, k, v, is_causal=args.causal, pv_mode=args.mode),
+                           args.kernels, f"{args.shape} causal={args.causal} mode={args.mode} sm90={args.sm90}")
+
+
+def print_kernel_times(call, calls, title):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name] = times.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    print(f"{title}: {sum(times.values()):.1f} us of kernels a call")
+    for name, us in sorted(times.items(), key=lambda x: -x[1]):
+        print(f"  {us:9.1f} us  {name[:110]}")
 
 
 if __name__ == "__main__":

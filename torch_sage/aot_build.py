@@ -9,9 +9,9 @@ arguments it passes, and launches it; kernels not listed here run through Triton
 
 The kernel set is every specialization the dispatcher can ask for: the attention kernel for padded head_dim
 64/128/256, causal or not, each (V, out) dtype pair sage::attention produces, in two variants ("fast": head_dim
-equal to its padded size with 16-byte aligned V/out rows; "any": everything else), and the two fp8 V-quantization
-kernels per padded head_dim and input dtype. Keys are built by ``attention_key`` / ``vquant_key`` here and by
-their C++ twins in csrc/ops/gpu_triton_kernels.cpp.
+equal to its padded size with 16-byte aligned V/out rows; "any": everything else). Keys are built by
+``attention_key`` here and by its C++ twin in csrc/ops/gpu_triton_kernels.cpp. (The quantization kernels of the
+default path are hand-written, csrc/hip.)
 """
 import concurrent.futures
 import hashlib
@@ -25,14 +25,12 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import triton_attention as ta
-from . import triton_quant as tq
 from .attention_configs import attention_config
-from .contract import BLOCK_K, BLOCK_Q, FP8_MAX, HEAD_DIMS_PAD, LOG2_FP8_MAX
+from .contract import BLOCK_K, BLOCK_Q, HEAD_DIMS_PAD, LOG2_FP8_MAX
 # (V dtype, out dtype) of the attention kernel: accurate mode (V is the 16-bit input; float32 inputs are computed
 # as bfloat16 with a float32 out) and fast mode (fp8 V).
 ATTENTION_DTYPES = (("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"),
                     ("fp8e4nv", "fp16"), ("fp8e4nv", "bf16"), ("fp8e4nv", "fp32"))
-VQUANT_DTYPES = ("fp16", "bf16")
 
 # Argument types of the attention kernel (a Triton signature, in the kernel's argument order), all 32-bit in the
 # "fast" variant (64-bit batch/head strides cost 175 registers a thread against 126, one CTA an SM instead of two);
@@ -48,32 +46,19 @@ _ATTN_ALIGNED = ("Q", "QS", "K", "KS", "VS", "O", "LSE", "nq_pad", "nk_pad")
 # ... and those that are so only in the "fast" variant (the launcher checks them; head_dim is the padded size).
 _ATTN_FAST_ALIGNED = ("V", "stride_vb", "stride_vh", "stride_vn", "stride_ob", "stride_oh", "stride_on", "head_dim")
 
-_VAMAX_TYPES = {"v_ptr": "*{v}", "part_ptr": "*fp32", "n_tokens": "i64", "heads": "i64", "stride_b": "i64",
-                "stride_h": "i64", "stride_n": "i64", "head_dim": "i64"}
-_VQUANT_TYPES = {"v_ptr": "*{v}", "out_ptr": "*fp8e4nv", "part_ptr": "*fp32", "scale_ptr": "*fp32",
-                 "n_tokens": "i64", "n_blocks": "i64", "heads": "i64", "stride_b": "i64", "stride_h": "i64",
-                 "stride_n": "i64", "ostride_b": "i64", "ostride_h": "i64", "ostride_n": "i64", "head_dim": "i64"}
-_VQUANT_ALIGNED = ("out_ptr", "part_ptr", "scale_ptr")
-
-
 def attention_key(head_dim_pad: int, causal: bool, v: str, out: str, fast: bool) -> str:
     return f"attn/d{head_dim_pad}/c{int(causal)}/v{v}/o{out}/{'fast' if fast else 'any'}"
 
 
-def vquant_key(kernel: str, head_dim_pad: int, v: str) -> str:
-    return f"{kernel}/d{head_dim_pad}/v{v}"
-
-
 class Spec(NamedTuple):
     key: str
-    kernel: str  # attribute name of the @triton.jit function in its module ("ta" or "tq")
-    module: str
+    kernel: str  # attribute name of the @triton.jit function in triton_attention
     types: Dict[str, str]  # non-constexpr arguments -> Triton type
     constexprs: Dict[str, object]
     aligned: Tuple[str, ...]
     num_warps: int
     num_stages: int
-    tile: Tuple[int, int]  # attention: (BLOCK_M, BLOCK_N); V quantization: (ROWS, CHUNKS)
+    tile: Tuple[int, int]  # (BLOCK_M, BLOCK_N)
 
     @property
     def signature(self) -> str:
@@ -95,17 +80,8 @@ def kernel_set(arch: str) -> List[Spec]:
                              "MASK_D": not fast, "IS_CAUSAL": causal, "FP8": fp8,
                              "P_SHIFT": LOG2_FP8_MAX if fp8 else 0.0, "EMULATE": False}
                     aligned = _ATTN_ALIGNED + (_ATTN_FAST_ALIGNED if fast else ())
-                    specs.append(Spec(attention_key(dp, causal, v, o, fast), "_qk_int8_attn_fwd", "ta", types, const,
+                    specs.append(Spec(attention_key(dp, causal, v, o, fast), "_qk_int8_attn_fwd", types, const,
                                       aligned, warps, stages, (bm, bn)))
-        for v in VQUANT_DTYPES:
-            small = {"CHUNKS": tq.MEAN_CHUNKS, "DP": dp}
-            specs.append(Spec(vquant_key("vamax", dp, v), "_channel_amax_kernel", "tq",
-                              {n: t.format(v=v) for n, t in _VAMAX_TYPES.items()}, {**small, "ROWS": tq.V_AMAX_ROWS},
-                              ("part_ptr",), tq.v_quant_warps(dp), 3, (tq.V_AMAX_ROWS, tq.MEAN_CHUNKS)))
-            specs.append(Spec(vquant_key("vquant", dp, v), "_quant_v_kernel", "tq",
-                              {n: t.format(v=v) for n, t in _VQUANT_TYPES.items()},
-                              {**small, "ROWS": tq.V_QUANT_ROWS, "FP8_MAX": FP8_MAX},
-                              _VQUANT_ALIGNED, tq.v_quant_warps(dp), 3, (tq.V_QUANT_ROWS, tq.MEAN_CHUNKS)))
     return specs
 
 
@@ -132,7 +108,7 @@ def _param_count(asm: Dict[str, str], backend: str) -> int:
 
 def compile_spec(spec: Spec, arch: str) -> Tuple[bytes, dict]:
     """(image, metadata) of one kernel. Raises if the image needs what the C++ launcher does not provide."""
-    fn = getattr(ta if spec.module == "ta" else tq, spec.kernel)
+    fn = getattr(ta, spec.kernel)
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in spec.constexprs:

@@ -26,9 +26,12 @@ def _round_half_even(y):
 def _round_to_e4m3_grid(y):
     """Rounds |y| <= 448 to the nearest float8_e4m3fn value (ties to even) in float32, so the cast after it is
     exact on every backend (Triton's interpreter does not round the cast to nearest)."""
-    exp = ((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    bits = y.to(tl.int32, bitcast=True)
+    exp = ((bits >> 23) & 0xFF) - 127
     ulp = ((tl.maximum(exp, -6) - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits; subnormals 2^-9
-    return _round_half_even(y / ulp) * ulp  # power-of-two scaling: exact
+    r = _round_half_even(y / ulp) * ulp  # power-of-two scaling: exact
+    # The magic-number rint gives +0 for a negative y that rounds to zero: y's sign back, as the CPU kernel keeps it.
+    return (r.to(tl.int32, bitcast=True) | ((bits >> 31) << 31)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -44,10 +44,8 @@ constexpr uint32_t kInfBits = 0x7f800000u;
 // q + 1.5*2^23 rounds q to an integer with ties-to-even for |q| < 2^22 (we have |q| <= 127);
 // the integer is then the low byte of the sum's bits (two's complement).
 constexpr float kRneMagic = 12582912.0f;
-// The reciprocal-based division below needs 1/s to be a normal float and its residuals
-// exact: s >= 2^-60. Smaller scales (only tiny bf16 blocks) first multiply x and s by
-// 2^100, which is exact both ways (|x| <= amax < 2^-52) and keeps x/s unchanged.
-constexpr float kFastScaleMin = 0x1p-60f;
+// compat::div_rn needs s >= compat::kDivRnMinScale. Smaller scales (only tiny bf16 blocks) first multiply x and s
+// by 2^100, which is exact both ways (|x| <= amax < 2^-52) and keeps x/s unchanged.
 constexpr float kSlowPrescale = 0x1p100f;
 
 struct alignas(16) U32x4 {
@@ -125,17 +123,6 @@ __device__ __forceinline__ U32x4 zero_vec() {
   return r;
 }
 
-// Correctly rounded x / s from y = RN(1/s) (Markstein): q1 is faithful, so q2 = RN(x/s)
-// exactly. Valid for s >= 2^-60; when |x/s| is so small that a residual underflows, the
-// result still rounds to 0 like the true quotient.
-__device__ __forceinline__ float div_rn(float x, float s, float y) {
-  const float q0 = compat::fmul_rn(x, y);
-  const float r0 = compat::fma_rn(-q0, s, x);
-  const float q1 = compat::fma_rn(r0, y, q0);
-  const float r1 = compat::fma_rn(-q1, s, x);
-  return compat::fma_rn(r1, y, q1);
-}
-
 // Bits of q + magic: the low byte is rint(q) for |q| < 2^22.
 __device__ __forceinline__ uint32_t rne_bits(float q) {
   return compat::bit_cast<uint32_t>(compat::fadd_rn(q, kRneMagic));
@@ -176,13 +163,13 @@ __device__ __forceinline__ void quantize_store(const U32x4 (&raw)[kRowsPerThread
         const float x1 = compat::fma_rn(f1, mul, nsub[2 * w + 1]);
         float q0, q1;
         if (PRESCALE) {
-          q0 = div_rn(compat::fmul_rn(x0, pm), s, y);
-          q1 = div_rn(compat::fmul_rn(x1, pm), s, y);
+          q0 = compat::div_rn(compat::fmul_rn(x0, pm), s, y);
+          q1 = compat::div_rn(compat::fmul_rn(x1, pm), s, y);
           q0 = fminf(fmaxf(q0, -127.0f), 127.0f);
           q1 = fminf(fmaxf(q1, -127.0f), 127.0f);
         } else {
-          q0 = div_rn(x0, s, y);
-          q1 = div_rn(x1, s, y);
+          q0 = compat::div_rn(x0, s, y);
+          q1 = compat::div_rn(x1, s, y);
         }
         e[2 * w] = rne_bits(q0);
         e[2 * w + 1] = rne_bits(q1);
@@ -343,8 +330,8 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
   // s = 1 there just keeps the arithmetic tame.
   const bool keep_lo = scale_lo > 0.0f;
   const bool keep_hi = scale_hi > 0.0f;
-  const float pm_lo = keep_lo && scale_lo < kFastScaleMin ? kSlowPrescale : 1.0f;
-  const float pm_hi = keep_hi && scale_hi < kFastScaleMin ? kSlowPrescale : 1.0f;
+  const float pm_lo = keep_lo && scale_lo < compat::kDivRnMinScale ? kSlowPrescale : 1.0f;
+  const float pm_hi = keep_hi && scale_hi < compat::kDivRnMinScale ? kSlowPrescale : 1.0f;
   const float s_lo = keep_lo ? compat::fmul_rn(scale_lo, pm_lo) : 1.0f;  // exact
   const float s_hi = keep_hi ? compat::fmul_rn(scale_hi, pm_hi) : 1.0f;
   const float y_lo = compat::frcp_rn(s_lo);

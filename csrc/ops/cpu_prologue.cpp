@@ -113,6 +113,7 @@ QuantQK quant_qk_int8_cpu(const at::Tensor& q, const at::Tensor& k, const std::s
 
 std::tuple<at::Tensor, at::Tensor> quant_v_fp8_cpu(const at::Tensor& v, const std::string& layout) {
   const bool hnd = is_hnd_layout(layout);
+  check_settings();  // the SAGEATTN_SK1_* values are errors on every device
   check_input(v, "v", /*allow_fp32=*/false);
   const HeadView hv = head_view(v, hnd);
   at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));

@@ -1,5 +1,6 @@
-// CUDA/HIP kernel of sage::quant_qk_int8: tensors -> QuantQKParams -> the hand-written launcher in csrc/hip.
-// SAGEATTN_SK1_PROLOGUE=triton routes the same op to the Triton implementation (registered from Python).
+// CUDA/HIP kernels of sage::quant_qk_int8 and sage::quant_v_fp8: tensors -> QuantQKParams / QuantVParams -> the
+// hand-written launchers in csrc/hip. SAGEATTN_SK1_PROLOGUE=triton routes both ops to their Triton implementations
+// (registered from Python).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -11,6 +12,7 @@
 #include "gpu_arch.h"
 #include "prologue_outputs.h"
 #include "quant_qk_int8.h"
+#include "quant_v_fp8.h"
 
 namespace sage {
 namespace {
@@ -23,6 +25,27 @@ QuantOut triton_prologue(const at::Tensor& q, const at::Tensor& k, c10::string_v
                            .findSchemaOrThrow("sage::_quant_qk_int8_triton", "")
                            .typed<QuantOut(const at::Tensor&, const at::Tensor&, c10::string_view, double, bool)>();
   return triton.call(q, k, layout, sm_scale, smooth_k);
+}
+
+// True when the launch failed because the build has no kernel image for this NVIDIA arch (TORCH_CUDA_ARCH_LIST
+// left it out): the launcher read, and so cleared, that error and nothing ran, so the Triton kernels, compiled on
+// first use, can take the call, as the attention kernel's fallback does. Warns once.
+bool arch_not_built(int err, const std::string& arch) {
+#if defined(USE_ROCM)
+  (void)err;
+  (void)arch;
+  return false;
+#else
+  if (err != cudaErrorNoKernelImageForDevice) return false;
+  TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (", arch,
+                  "); using the Triton prologue, compiled on first use. Rebuild with ",
+                  "TORCH_CUDA_ARCH_LIST including this GPU's compute capability to precompile it.");
+  return true;
+#endif
+}
+
+at::Tensor workspace_of(int64_t bytes, const at::Tensor& like) {
+  return at::empty({(bytes + 7) / 8}, like.options().dtype(at::kDouble));  // 8-byte aligned
 }
 
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
@@ -63,28 +86,70 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
   p.smooth_k = smooth_k;
   at::Tensor workspace;
   if (const int64_t bytes = quant_qk_int8_workspace_bytes(p)) {
-    workspace = at::empty({(bytes + 7) / 8}, q.options().dtype(at::kDouble));  // 8-byte aligned
+    workspace = workspace_of(bytes, q);
     p.workspace = workspace.data_ptr();
   }
   const int err = launch_quant_qk_int8(p, c10::cuda::getCurrentCUDAStream().stream());
-#if !defined(USE_ROCM)
-  if (err == cudaErrorNoKernelImageForDevice) {
-    // An NVIDIA arch the build did not compile for (TORCH_CUDA_ARCH_LIST): the first launch failed (the launcher
-    // read, and so cleared, its error) and nothing ran, so the Triton prologue, compiled on first use, takes the
-    // call, as the attention kernel's fallback does.
-    TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (", arch,
-                    "); using the Triton prologue, compiled on first use. Rebuild with ",
-                    "TORCH_CUDA_ARCH_LIST including this GPU's compute capability to precompile it.");
-    return triton_prologue(q, k, layout, sm_scale, smooth_k);
-  }
-#endif
+  if (arch_not_built(err, arch)) return triton_prologue(q, k, layout, sm_scale, smooth_k);
   TORCH_CHECK(err == 0, "sage::quant_qk_int8: kernel launch failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(err)));
   return {r.q_int8, r.q_scale, r.k_int8, r.k_scale, r.k_mean};
 }
 
+using QuantVOut = std::tuple<at::Tensor, at::Tensor>;
+
+QuantVOut triton_quant_v(const at::Tensor& v, c10::string_view layout) {
+  static auto triton = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("sage::_quant_v_fp8_triton", "")
+                           .typed<QuantVOut(const at::Tensor&, c10::string_view)>();
+  return triton.call(v, layout);
+}
+
+QuantVOut quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
+  const std::string arch = device_arch(v.device());
+  const std::string layout(layout_view);
+  const bool hnd = is_hnd_layout(layout);
+  check_settings();
+  check_input(v, "v", /*allow_fp32=*/false);
+  if (use_triton_prologue()) return triton_quant_v(v, layout);
+  const c10::cuda::CUDAGuard guard(v.device());
+  const HeadView hv = head_view(v, hnd);
+  at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));
+  at::Tensor v_scale = at::empty({hv.batch, hv.heads, hv.dim}, v.options().dtype(at::kFloat));
+  const HeadView ho = head_view(v_fp8, hnd);
+  QuantVParams p{};
+  p.v = v.const_data_ptr();
+  p.dtype = v.scalar_type() == at::kHalf ? InDtype::kFloat16 : InDtype::kBFloat16;
+  p.batch = hv.batch;
+  p.heads = hv.heads;
+  p.tokens = hv.tokens;
+  p.head_dim = hv.dim;
+  p.stride_b = hv.stride_b;
+  p.stride_h = hv.stride_h;
+  p.stride_n = hv.stride_n;
+  p.v_fp8 = static_cast<uint8_t*>(v_fp8.data_ptr());
+  p.out_stride_b = ho.stride_b;
+  p.out_stride_h = ho.stride_h;
+  p.out_stride_n = ho.stride_n;
+  p.v_scale = v_scale.data_ptr<float>();
+  p.head_dim_pad = padded_head_dim(hv.dim);
+  at::Tensor workspace;
+  if (const int64_t bytes = quant_v_fp8_workspace_bytes(p)) {
+    workspace = workspace_of(bytes, v);
+    p.workspace = workspace.data_ptr();
+  }
+  const int err = launch_quant_v_fp8(p, c10::cuda::getCurrentCUDAStream().stream());
+  if (arch_not_built(err, arch)) return triton_quant_v(v, layout);
+  TORCH_CHECK(err == 0, "sage::quant_v_fp8: kernel launch failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  return {v_fp8, v_scale};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sage, CUDA, m) { m.impl("quant_qk_int8", &quant_qk_int8_gpu); }
+TORCH_LIBRARY_IMPL(sage, CUDA, m) {
+  m.impl("quant_qk_int8", &quant_qk_int8_gpu);
+  m.impl("quant_v_fp8", &quant_v_fp8_gpu);
+}
 
 }  // namespace sage

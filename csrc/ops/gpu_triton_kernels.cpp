@@ -1,7 +1,7 @@
-// CUDA/HIP kernels of sage::qk_int8_attention and sage::quant_v_fp8: tensors -> the arguments of the Triton
-// kernels compiled at build time (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build
-// did not precompile (another GPU arch, or a specialization outside the set) runs through Triton's JIT instead:
-// the sage::_*_triton ops, registered from Python (torch_sage/triton_jit_ops.py), after a one-time warning.
+// CUDA/HIP kernel of sage::qk_int8_attention: tensors -> the arguments of the Triton kernel compiled at build time
+// (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build did not precompile (another GPU
+// arch, or a specialization outside the set) runs through Triton's JIT instead: sage::_qk_int8_attention_triton,
+// registered from Python (torch_sage/triton_jit_ops.py), after a one-time warning.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -35,13 +35,10 @@ const char* triton_type(at::ScalarType t) {
   }
 }
 
-// Twins of attention_key / vquant_key in torch_sage/aot_build.py.
+// Twin of attention_key in torch_sage/aot_build.py.
 std::string attention_key(int64_t head_dim_pad, bool causal, const char* v, const char* out, bool fast) {
   return "attn/d" + std::to_string(head_dim_pad) + "/c" + (causal ? "1" : "0") + "/v" + v + "/o" + out +
          (fast ? "/fast" : "/any");
-}
-std::string vquant_key(const char* kernel, int64_t head_dim_pad, const char* v) {
-  return std::string(kernel) + "/d" + std::to_string(head_dim_pad) + "/v" + v;
 }
 
 void warn_jit(const std::string& arch, const std::string& key) {
@@ -168,52 +165,8 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
   return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor> quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
-  const std::string arch = device_arch(v.device());
-  const std::string layout(layout_view);
-  const bool hnd = is_hnd_layout(layout);
-  check_input(v, "v", /*allow_fp32=*/false);
-  const c10::cuda::CUDAGuard guard(v.device());
-  const HeadView hv = head_view(v, hnd);
-  at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));
-  at::Tensor v_scale = at::empty({hv.batch, hv.heads, hv.dim}, v.options().dtype(at::kFloat));
-  if (hv.batch * hv.heads == 0) return {v_fp8, v_scale};
-  const int64_t dp = padded_head_dim(hv.dim);
-  const char* vt = triton_type(v.scalar_type());
-  const std::string amax_key = vquant_key("vamax", dp, vt), quant_key = vquant_key("vquant", dp, vt);
-  const aot::Image* amax = aot::find_image(arch, amax_key);
-  const aot::Image* quant = aot::find_image(arch, quant_key);
-  if (amax == nullptr || quant == nullptr) {
-    warn_jit(arch, amax == nullptr ? amax_key : quant_key);
-    static auto jit = c10::Dispatcher::singleton()
-                          .findSchemaOrThrow("sage::_quant_v_fp8_triton", "")
-                          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view)>();
-    return jit.call(v, layout);
-  }
-  // The two launches of torch_sage/triton_quant.py::quant_v_fp8_triton: per-chunk channel amax, then quantize.
-  const int64_t chunks = amax->tile_n, bh = hv.batch * hv.heads;
-  at::Tensor parts = at::empty({bh, chunks, dp}, v.options().dtype(at::kFloat));
-  const HeadView ho = head_view(v_fp8, hnd);
-  const void* p_v = v.const_data_ptr();
-  void* p_parts = parts.data_ptr();
-  void* p_out = v_fp8.data_ptr();
-  void* p_scale = v_scale.data_ptr();
-  int64_t n = hv.tokens, heads = hv.heads, sb = hv.stride_b, sh = hv.stride_h, sn = hv.stride_n, d = hv.dim;
-  int64_t ob = ho.stride_b, oh = ho.stride_h, on = ho.stride_n;
-  int64_t n_blocks = std::max<int64_t>(1, (n + quant->tile_m - 1) / quant->tile_m);
-  void* amax_args[] = {&p_v, &p_parts, &n, &heads, &sb, &sh, &sn, &d};
-  run(*amax, v.device(), std::string("*") + vt + ",*fp32,i64,i64,i64,i64,i64,i64", chunks, bh, 1, amax_args);
-  void* quant_args[] = {&p_v, &p_out, &p_parts, &p_scale, &n, &n_blocks, &heads, &sb, &sh, &sn, &ob, &oh, &on, &d};
-  run(*quant, v.device(), std::string("*") + vt + ",*fp8e4nv,*fp32,*fp32,i64,i64,i64,i64,i64,i64,i64,i64,i64,i64",
-      bh * n_blocks, 1, 1, quant_args);
-  return {v_fp8, v_scale};
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sage, CUDA, m) {
-  m.impl("qk_int8_attention", &qk_int8_attention_gpu);
-  m.impl("quant_v_fp8", &quant_v_fp8_gpu);
-}
+TORCH_LIBRARY_IMPL(sage, CUDA, m) { m.impl("qk_int8_attention", &qk_int8_attention_gpu); }
 
 }  // namespace sage

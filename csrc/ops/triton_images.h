@@ -17,7 +17,7 @@ struct Image {
   const char* signature;  // Triton types of its arguments, in order: "*i8,*fp32,...,i32"
   int scratch_args;       // null scratch pointers appended after them (the ABI of the Triton that built it)
   int num_warps, threads_per_warp, shared_bytes;
-  int tile_m, tile_n;     // attention: BLOCK_M, BLOCK_N; V quantization: ROWS, CHUNKS
+  int tile_m, tile_n;     // BLOCK_M, BLOCK_N
   size_t offset, size;    // its bytes in image_blob()
 };
 

@@ -1,0 +1,1 @@
+#include "quant_v_fp8.hip"

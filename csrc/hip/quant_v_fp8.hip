@@ -1,0 +1,289 @@
+// V quantization of the fast mode: per-channel e4m3, bit-exact to docs/SEMANTICS.md "Value quantization for the
+// fast mode" (the CPU kernel and the Triton alternate give the same bytes).
+//
+// Launches per call: 2, no memsets, no atomics.
+//   channel_amax_kernel: block (chunk, b*h) takes, per channel, the max of |v|'s bit pattern over its chunk of
+//     tokens into the workspace (uint32 [B*H, chunks, Dp]). Unsigned order of non-negative floats is numeric order
+//     and NaN sorts above +inf, so "amax >= inf bits" means a non-finite value was seen.
+//   quant_v_kernel: block (b*h, tile of 64 tokens) finishes the amax over the chunks, v_scale = RN(amax / 448)
+//     (NaN for a non-finite channel; the head's first tile stores it), and stores
+//     e4m3(clamp(v / v_scale, -448, 448)) rounded to nearest even, 0 where v_scale is not > 0.
+// Both kernels: 256 threads = (1024 / Dp) row groups x (Dp / 4) column quads. A thread owns 4 consecutive channels:
+// one 8-byte load and one 4-byte store per row when V is aligned for it (VEC), element by element otherwise.
+#include <algorithm>
+#include <cstdint>
+
+#include "compat.h"
+#include "quant_v_fp8.h"
+
+#if defined(__HIP__)
+// Bit-exactness: no mul+add fusion anywhere in this file (hipcc defaults to contract=fast).
+#pragma clang fp contract(off)
+#endif
+
+namespace sage {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTileRows = 64;                       // tokens per block of the quant kernel
+constexpr int kRowBatch = 8;                        // rows of loads in flight per thread in the quant kernel
+constexpr int kAmaxUnroll = 8;                      // rows of loads in flight per thread in the amax kernel
+constexpr int kTargetBlocks = 320;                  // amax blocks wanted in flight over the whole GPU
+constexpr int kMinChunkRows = 128;
+constexpr int kMaxChunks = 16;                      // bounds the partials each quant block re-reads (L2)
+constexpr float kFp8Max = 448.0f;
+constexpr uint32_t kAbsMask = 0x7fffffffu;
+constexpr uint32_t kInfBits = 0x7f800000u;
+constexpr float kRneMagic = 12582912.0f;  // q + 1.5 * 2^23 rounds q to an integer (ties to even) for |q| < 2^22
+
+struct alignas(8) U32x2 {
+  uint32_t v[2];
+};
+
+struct VArgs {
+  const uint16_t* v;
+  uint8_t* out;
+  float* scale;
+  uint32_t* partials;
+  int64_t sb, sh, sn, ob, oh, on;
+  int64_t tokens, rows_per_chunk, tiles;  // tiles: quant blocks per head
+  uint32_t heads;
+  int head_dim, dp, chunks;
+};
+
+__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+template <bool BF16>
+__device__ __forceinline__ float to_float(uint16_t bits) {
+  return BF16 ? compat::bf16_bits_to_float(bits) : compat::half_bits_to_float(bits);
+}
+
+// The 4 elements of this thread's quad in one row (raw 16-bit storage, element 0 in the low half of word 0);
+// columns at or past head_dim read as 0.
+template <bool VEC>
+__device__ __forceinline__ U32x2 load_quad(const uint16_t* __restrict__ p, int nvalid) {
+  U32x2 r;
+  if constexpr (VEC) {
+    r = *reinterpret_cast<const U32x2*>(p);  // VEC: head_dim % 4 == 0, so nvalid >= 4
+  } else {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t lo = 2 * w < nvalid ? (uint32_t)p[2 * w] : 0u;
+      const uint32_t hi = 2 * w + 1 < nvalid ? (uint32_t)p[2 * w + 1] : 0u;
+      r.v[w] = lo | (hi << 16);
+    }
+  }
+  return r;
+}
+
+template <bool BF16>
+__device__ __forceinline__ float element(const U32x2& q, int j) {
+  const uint32_t w = q.v[j / 2];
+  return to_float<BF16>((uint16_t)(j % 2 ? w >> 16 : w & 0xffffu));
+}
+
+// float8_e4m3fn bits of y, |y| <= 448, rounded to nearest even (c10::Float8_e4m3fn's conversion on that range).
+// Both cases are computed and one is selected, so that a warp never diverges here.
+__device__ __forceinline__ uint32_t e4m3_bits(float y) {
+  const uint32_t u = compat::bit_cast<uint32_t>(y);
+  const uint32_t a = u & kAbsMask;
+  // Normal e4m3 (|y| >= 2^-6): 3 mantissa bits, ties to even, the carry running into the exponent; rebias 127 -> 7.
+  const uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
+  // Below 2^-6: multiples of 2^-9, rint(|y| * 512) (8 of them round up to the smallest normal, 0x08) as the low
+  // bits of |y| * 512 + 1.5 * 2^23.
+  const uint32_t small = compat::bit_cast<uint32_t>(
+                             compat::fadd_rn(compat::fmul_rn(compat::bit_cast<float>(a), 512.0f), kRneMagic)) & 0xfu;
+  return ((u >> 24) & 0x80u) | (a < 0x3c800000u ? small : normal);
+}
+
+// How a thread divides by its channel's scale s: compat::div_rn of (x * pm) by s' = s * pm with y = frcp_rn(s'), pm
+// = 2^100 for the scales below compat::kDivRnMinScale (only channels of tiny bf16 values): exact both ways (then
+// |x| <= amax < 2^-51) and x / s unchanged, so every channel takes the same five operations.
+struct ChannelDiv {
+  float s, pm, y;
+  bool keep;  // s > 0: 0 is stored for an all-zero or non-finite channel
+  __device__ __forceinline__ explicit ChannelDiv(float scale) : s(scale), pm(1.0f), keep(scale > 0.0f) {
+    if (keep && s < compat::kDivRnMinScale) {
+      pm = 0x1p100f;
+      s = compat::fmul_rn(s, pm);
+    }
+    y = compat::frcp_rn(s);
+  }
+  __device__ __forceinline__ uint32_t quantize(float x) const {
+    const float q = compat::div_rn(compat::fmul_rn(x, pm), s, y);
+    return keep ? e4m3_bits(fminf(fmaxf(q, -kFp8Max), kFp8Max)) : 0u;
+  }
+};
+
+template <bool BF16, bool VEC>
+__global__ void SAGE_LAUNCH_BOUNDS(kThreads, 4) channel_amax_kernel(const VArgs a) {
+  __shared__ uint32_t s_max[kThreads * 4];  // [row group][Dp]: 1024 / Dp groups of Dp channels
+  const int tid = (int)threadIdx.x;
+  const int quads = a.dp / 4, groups = kThreads / quads;
+  const int rg = tid / quads, c0 = 4 * (tid % quads);
+  const uint32_t chunk = blockIdx.x % (uint32_t)a.chunks, bh = blockIdx.x / (uint32_t)a.chunks;  // grid < 2^31
+  const uint32_t b = bh / a.heads, h = bh % a.heads;
+  const uint16_t* __restrict__ src = a.v + (int64_t)b * a.sb + (int64_t)h * a.sh + c0;
+  const int nvalid = a.head_dim - c0;
+  const int64_t start = (int64_t)chunk * a.rows_per_chunk;
+  const int64_t end = a.tokens < start + a.rows_per_chunk ? a.tokens : start + a.rows_per_chunk;
+
+  uint32_t m[4] = {0u, 0u, 0u, 0u};
+  if (nvalid > 0) {
+    for (int64_t r0 = start + rg; r0 < end; r0 += (int64_t)groups * kAmaxUnroll) {
+      U32x2 raw[kAmaxUnroll];
+#pragma unroll
+      for (int u = 0; u < kAmaxUnroll; ++u) {  // every load first, then the maxima
+        const int64_t r = r0 + (int64_t)u * groups;
+        if (r < end) {
+          raw[u] = load_quad<VEC>(src + r * a.sn, nvalid);
+        } else {
+          raw[u].v[0] = raw[u].v[1] = 0u;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kAmaxUnroll; ++u) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m[j] = umax(m[j], compat::bit_cast<uint32_t>(element<BF16>(raw[u], j)) & kAbsMask);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) s_max[rg * a.dp + c0 + j] = m[j];
+  __syncthreads();
+  if (tid < a.dp) {
+    uint32_t r = 0u;
+    for (int g = 0; g < groups; ++g) r = umax(r, s_max[g * a.dp + tid]);
+    a.partials[((int64_t)bh * a.chunks + chunk) * a.dp + tid] = r;
+  }
+}
+
+template <bool BF16, bool VEC>
+__global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
+  __shared__ float s_scale[kThreads];
+  const int tid = (int)threadIdx.x;
+  const uint32_t tile = blockIdx.x % (uint32_t)a.tiles, bh = blockIdx.x / (uint32_t)a.tiles;  // grid < 2^31
+  const uint32_t b = bh / a.heads, h = bh % a.heads;
+  if (tid < a.dp) {
+    uint32_t m = 0u;
+    const uint32_t* part = a.partials + (int64_t)bh * a.chunks * a.dp + tid;
+    for (int c = 0; c < a.chunks; ++c) m = umax(m, part[(int64_t)c * a.dp]);
+    const float s = m >= kInfBits ? compat::bit_cast<float>(0x7fc00000u)
+                                  : compat::fdiv_rn(compat::bit_cast<float>(m), kFp8Max);
+    s_scale[tid] = s;
+    if (tile == 0 && tid < a.head_dim) a.scale[(int64_t)bh * a.head_dim + tid] = s;
+  }
+  __syncthreads();
+
+  const int quads = a.dp / 4, groups = kThreads / quads, rows = kTileRows / groups;
+  const int rg = tid / quads, c0 = 4 * (tid % quads);
+  const int nvalid = a.head_dim - c0;
+  if (nvalid <= 0) return;
+  const int64_t row0 = (int64_t)tile * kTileRows + rg;
+  const int64_t left = a.tokens - row0;  // this thread's rows: row0, row0 + groups, ... below tokens
+  const int n_rows = left <= 0 ? 0 : (int)(left < (int64_t)rows * groups ? (left + groups - 1) / groups : rows);
+  const uint16_t* __restrict__ src = a.v + (int64_t)b * a.sb + (int64_t)h * a.sh + row0 * a.sn + c0;
+  uint8_t* __restrict__ dst = a.out + (int64_t)b * a.ob + (int64_t)h * a.oh + row0 * a.on + c0;
+  const int64_t step = (int64_t)groups * a.sn, ostep = (int64_t)groups * a.on;
+  ChannelDiv div[4] = {ChannelDiv(s_scale[c0]), ChannelDiv(s_scale[c0 + 1]), ChannelDiv(s_scale[c0 + 2]),
+                       ChannelDiv(s_scale[c0 + 3])};
+  for (int i0 = 0; i0 < n_rows; i0 += kRowBatch, src += kRowBatch * step, dst += kRowBatch * ostep) {
+    U32x2 raw[kRowBatch];
+#pragma unroll
+    for (int i = 0; i < kRowBatch; ++i) {  // the batch's loads first
+      raw[i].v[0] = raw[i].v[1] = 0u;
+      if (i0 + i < n_rows) raw[i] = load_quad<VEC>(src + i * step, nvalid);
+    }
+#pragma unroll
+    for (int i = 0; i < kRowBatch; ++i) {
+      if (i0 + i < n_rows) {
+        uint32_t e[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) e[j] = div[j].quantize(element<BF16>(raw[i], j));
+        uint8_t* out = dst + i * ostep;
+        if (VEC) {
+          *reinterpret_cast<uint32_t*>(out) = e[0] | (e[1] << 8) | (e[2] << 16) | (e[3] << 24);
+        } else {
+          for (int j = 0; j < 4 && j < nvalid; ++j) out[j] = (uint8_t)e[j];
+        }
+      }
+    }
+  }
+}
+
+int num_chunks(const QuantVParams& p) {
+  const int64_t bh = p.batch * p.heads;
+  if (bh <= 0 || p.tokens <= 0) return 1;
+  const int64_t c = std::min<int64_t>((kTargetBlocks + bh - 1) / bh, (p.tokens + kMinChunkRows - 1) / kMinChunkRows);
+  return (int)std::max<int64_t>(1, std::min<int64_t>(c, kMaxChunks));
+}
+
+// 8-byte loads and 4-byte stores need whole quads (head_dim % 4 == 0) and the bases and every stride that is
+// actually used on 4 elements.
+bool vec_ok(const QuantVParams& p) {
+  if (p.head_dim % 4 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(p.v) % 8 != 0 || reinterpret_cast<uintptr_t>(p.v_fp8) % 4 != 0) return false;
+  const auto used = [](int64_t stride, int64_t count) { return count <= 1 || stride % 4 == 0; };
+  return used(p.stride_b, p.batch) && used(p.stride_h, p.heads) && used(p.stride_n, p.tokens) &&
+         used(p.out_stride_b, p.batch) && used(p.out_stride_h, p.heads) && used(p.out_stride_n, p.tokens);
+}
+
+}  // namespace
+
+int64_t quant_v_fp8_workspace_bytes(const QuantVParams& p) {
+  if (p.batch <= 0 || p.heads <= 0) return 0;
+  return p.batch * p.heads * num_chunks(p) * p.head_dim_pad * (int64_t)sizeof(uint32_t);
+}
+
+int launch_quant_v_fp8(const QuantVParams& p, void* stream_ptr) {
+  const int64_t dp = p.head_dim_pad;
+  if (p.dtype != InDtype::kFloat16 && p.dtype != InDtype::kBFloat16) return (int)SAGE_ERROR_INVALID_VALUE;
+  if ((dp != 64 && dp != 128 && dp != 256) || p.head_dim < 1 || p.head_dim > dp) return (int)SAGE_ERROR_INVALID_VALUE;
+  if (p.batch < 0 || p.heads < 0 || p.tokens < 0) return (int)SAGE_ERROR_INVALID_VALUE;
+  const int64_t bh = p.batch * p.heads;
+  if (bh == 0) return 0;
+  if (p.workspace == nullptr || p.heads > UINT32_MAX) return (int)SAGE_ERROR_INVALID_VALUE;
+  const int chunks = num_chunks(p);
+  const int64_t tiles = std::max<int64_t>(1, (p.tokens + kTileRows - 1) / kTileRows);  // one tile stores v_scale
+  // Grid x is at most 2^31-1 (CUDA); HIP also needs grid*block < 2^32.
+#if defined(SAGE_HIP)
+  const int64_t max_blocks = (int64_t)UINT32_MAX / kThreads;
+#else
+  const int64_t max_blocks = INT32_MAX;
+#endif
+  if (bh * chunks > max_blocks || bh * tiles > max_blocks) return (int)SAGE_ERROR_INVALID_VALUE;
+  const sage_stream_t stream = (sage_stream_t)stream_ptr;
+  VArgs a;
+  a.v = static_cast<const uint16_t*>(p.v);
+  a.out = p.v_fp8;
+  a.scale = p.v_scale;
+  a.partials = static_cast<uint32_t*>(p.workspace);
+  a.sb = p.stride_b;
+  a.sh = p.stride_h;
+  a.sn = p.stride_n;
+  a.ob = p.out_stride_b;
+  a.oh = p.out_stride_h;
+  a.on = p.out_stride_n;
+  a.tokens = p.tokens;
+  a.rows_per_chunk = std::max<int64_t>(1, (p.tokens + chunks - 1) / chunks);
+  a.tiles = tiles;
+  a.heads = (uint32_t)p.heads;
+  a.head_dim = (int)p.head_dim;
+  a.dp = (int)dp;
+  a.chunks = chunks;
+  const bool bf16 = p.dtype == InDtype::kBFloat16, vec = vec_ok(p);
+  SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
+    SAGE_BOOL_SWITCH(vec, kVec, [&] {
+      SAGE_LAUNCH((channel_amax_kernel<kBF16, kVec>), dim3((unsigned)(bh * chunks)), dim3(kThreads), 0, stream, a);
+    });
+  });
+  if (const sage_error_t err = sage_get_last_error(); err != SAGE_SUCCESS) return (int)err;
+  SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
+    SAGE_BOOL_SWITCH(vec, kVec, [&] {
+      SAGE_LAUNCH((quant_v_kernel<kBF16, kVec>), dim3((unsigned)(bh * tiles)), dim3(kThreads), 0, stream, a);
+    });
+  });
+  return (int)sage_get_last_error();
+}
+
+}  // namespace sage
