@@ -1,8 +1,9 @@
 """One attention call, for a profiler to look at (docs/FINDINGS.md F21), after one warm-up call:
 ncu --clock-control none -k "regex:qk_int8_attention(_ws)?_kernel" -s 1 -c 1 --metrics ... \
     python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal]
-With --kernels N it instead times N calls under torch.profiler and prints each GPU kernel's time per call: where a
-call's time goes between the prologue launches and the attention kernel."""
+With --kernels N it instead times N calls back to back (wall time, host included) and under torch.profiler, and
+prints each GPU kernel's time per call: where a call's time goes between the host, the prologue launches and the
+attention kernel."""
 import argparse
 import os
 
@@ -33,8 +34,16 @@ def main():
 
 
 def print_kernel_times(call, calls, title):
+    import time
+
     from torch.profiler import ProfilerActivity, profile
 
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    wall_us = (time.perf_counter() - start) / calls * 1e6  # back to back: above the kernels' sum when host-bound
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             call()
@@ -43,7 +52,7 @@ def print_kernel_times(call, calls, title):
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             times[e.name] = times.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
-    print(f"{title}: {sum(times.values()):.1f} us of kernels a call")
+    print(f"{title}: {sum(times.values()):.1f} us of kernels a call, {wall_us:.1f} us a call back to back")
     for name, us in sorted(times.items(), key=lambda x: -x[1]):
         print(f"  {us:9.1f} us  {name[:110]}")
 

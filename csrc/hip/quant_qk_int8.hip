@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "compat.h"
+#include "exact_div.h"
 #include "quant_qk_int8.h"
 
 #if defined(__HIP__)

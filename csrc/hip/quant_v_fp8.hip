@@ -14,7 +14,9 @@
 #include <cstdint>
 
 #include "compat.h"
+#include "exact_div.h"
 #include "quant_v_fp8.h"
+#include "quant_v_fp8_math.h"
 
 #if defined(__HIP__)
 // Bit-exactness: no mul+add fusion anywhere in this file (hipcc defaults to contract=fast).
@@ -31,10 +33,8 @@ constexpr int kAmaxUnroll = 8;                      // rows of loads in flight p
 constexpr int kTargetBlocks = 320;                  // amax blocks wanted in flight over the whole GPU
 constexpr int kMinChunkRows = 128;
 constexpr int kMaxChunks = 16;                      // bounds the partials each quant block re-reads (L2)
-constexpr float kFp8Max = 448.0f;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
-constexpr float kRneMagic = 12582912.0f;  // q + 1.5 * 2^23 rounds q to an integer (ties to even) for |q| < 2^22
 
 struct alignas(8) U32x2 {
   uint32_t v[2];
@@ -81,39 +81,6 @@ __device__ __forceinline__ float element(const U32x2& q, int j) {
   const uint32_t w = q.v[j / 2];
   return to_float<BF16>((uint16_t)(j % 2 ? w >> 16 : w & 0xffffu));
 }
-
-// float8_e4m3fn bits of y, |y| <= 448, rounded to nearest even (c10::Float8_e4m3fn's conversion on that range).
-// Both cases are computed and one is selected, so that a warp never diverges here.
-__device__ __forceinline__ uint32_t e4m3_bits(float y) {
-  const uint32_t u = compat::bit_cast<uint32_t>(y);
-  const uint32_t a = u & kAbsMask;
-  // Normal e4m3 (|y| >= 2^-6): 3 mantissa bits, ties to even, the carry running into the exponent; rebias 127 -> 7.
-  const uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
-  // Below 2^-6: multiples of 2^-9, rint(|y| * 512) (8 of them round up to the smallest normal, 0x08) as the low
-  // bits of |y| * 512 + 1.5 * 2^23.
-  const uint32_t small = compat::bit_cast<uint32_t>(
-                             compat::fadd_rn(compat::fmul_rn(compat::bit_cast<float>(a), 512.0f), kRneMagic)) & 0xfu;
-  return ((u >> 24) & 0x80u) | (a < 0x3c800000u ? small : normal);
-}
-
-// How a thread divides by its channel's scale s: compat::div_rn of (x * pm) by s' = s * pm with y = frcp_rn(s'), pm
-// = 2^100 for the scales below compat::kDivRnMinScale (only channels of tiny bf16 values): exact both ways (then
-// |x| <= amax < 2^-51) and x / s unchanged, so every channel takes the same five operations.
-struct ChannelDiv {
-  float s, pm, y;
-  bool keep;  // s > 0: 0 is stored for an all-zero or non-finite channel
-  __device__ __forceinline__ explicit ChannelDiv(float scale) : s(scale), pm(1.0f), keep(scale > 0.0f) {
-    if (keep && s < compat::kDivRnMinScale) {
-      pm = 0x1p100f;
-      s = compat::fmul_rn(s, pm);
-    }
-    y = compat::frcp_rn(s);
-  }
-  __device__ __forceinline__ uint32_t quantize(float x) const {
-    const float q = compat::div_rn(compat::fmul_rn(x, pm), s, y);
-    return keep ? e4m3_bits(fminf(fmaxf(q, -kFp8Max), kFp8Max)) : 0u;
-  }
-};
 
 template <bool BF16, bool VEC>
 __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 4) channel_amax_kernel(const VArgs a) {
@@ -185,8 +152,8 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
   const uint16_t* __restrict__ src = a.v + (int64_t)b * a.sb + (int64_t)h * a.sh + row0 * a.sn + c0;
   uint8_t* __restrict__ dst = a.out + (int64_t)b * a.ob + (int64_t)h * a.oh + row0 * a.on + c0;
   const int64_t step = (int64_t)groups * a.sn, ostep = (int64_t)groups * a.on;
-  ChannelDiv div[4] = {ChannelDiv(s_scale[c0]), ChannelDiv(s_scale[c0 + 1]), ChannelDiv(s_scale[c0 + 2]),
-                       ChannelDiv(s_scale[c0 + 3])};
+  vquant::ChannelDiv div[4] = {vquant::ChannelDiv(s_scale[c0]), vquant::ChannelDiv(s_scale[c0 + 1]),
+                               vquant::ChannelDiv(s_scale[c0 + 2]), vquant::ChannelDiv(s_scale[c0 + 3])};
   for (int i0 = 0; i0 < n_rows; i0 += kRowBatch, src += kRowBatch * step, dst += kRowBatch * ostep) {
     U32x2 raw[kRowBatch];
 #pragma unroll
