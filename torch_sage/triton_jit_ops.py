@@ -1,8 +1,9 @@
 """Triton's JIT as the GPU kernels of the sage ops where nothing precompiled serves.
 
-- ``sage::_quant_qk_int8_triton``: the prologue chosen with SAGEATTN_SK1_PROLOGUE=triton.
-- ``sage::_quant_v_fp8_triton`` / ``sage::_qk_int8_attention_triton``: what the C++ kernels of quant_v_fp8 and
-  qk_int8_attention call for an arch or specialization the build did not compile ahead of time (they warn once).
+- ``sage::_quant_qk_int8_triton`` / ``sage::_quant_v_fp8_triton``: the quantization kernels chosen with
+  SAGEATTN_SK1_PROLOGUE=triton, and those of an NVIDIA arch the build did not compile for (with a warning).
+- ``sage::_qk_int8_attention_triton``: what the C++ kernel of qk_int8_attention calls for an arch or specialization
+  the build did not compile ahead of time (it warns once).
 - A build without GPU code (a CUDA or ROCm torch with no usable toolkit at build time) has no C++ GPU kernels at
   all: then these JIT kernels serve the public ops themselves, with a one-time warning that they compile on first use.
 

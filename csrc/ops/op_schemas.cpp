@@ -25,8 +25,9 @@ constexpr const char* kSchemas[] = {
     "(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor k_mean)",
     // Per-channel FP8 (e4m3) V for the fast mode.
     "quant_v_fp8(Tensor v, str tensor_layout) -> (Tensor v_fp8, Tensor v_scale)",
-    // Triton's JIT for quant_v_fp8 / qk_int8_attention where the build precompiled no kernel (their GPU kernels
-    // are registered from Python: torch_sage/triton_jit_ops.py).
+    // Its Triton implementation (SAGEATTN_SK1_PROLOGUE=triton, as for the prologue), and Triton's JIT for
+    // qk_int8_attention where the build precompiled no kernel (their GPU kernels are registered from Python:
+    // torch_sage/triton_jit_ops.py).
     "_quant_v_fp8_triton(Tensor v, str tensor_layout) -> (Tensor v_fp8, Tensor v_scale)",
     // Attention on quantized inputs. v is float16/bfloat16 (accurate mode) or float8_e4m3fn with v_scale (fast mode).
     "qk_int8_attention(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
