@@ -94,7 +94,7 @@ OPT_IN_PROBE = r"""
 import torch, torch_sage
 q = torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.float16)
 for name, call in [("quant_qk_int8 (C++ HIP prologue)", lambda: torch.ops.sage.quant_qk_int8(q, q, "HND", 0.125, True)),
-                   ("quant_v_fp8 (Triton)", lambda: torch.ops.sage.quant_v_fp8(q, "HND"))]:
+                   ("quant_v_fp8 (Triton)", lambda: torch.ops.sage._quant_v_fp8_triton(q, "HND"))]:
     try:
         call(); torch.cuda.synchronize(); print("RAN", name)
     except RuntimeError as e:

@@ -31,19 +31,23 @@ def prologue(impl, *args):
 
 
 def quant_v(impl, v, layout):
-    os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
-    try:
+    """(v_fp8, v_scale) as their bits (uint8, int32): compared exactly, sign of zero and NaN payload included."""
+    if impl == "cpu":
         v8, vs = torch.ops.sage.quant_v_fp8(v, layout)
-    finally:
-        del os.environ["SAGEATTN_SK1_PROLOGUE"]
-    return v8.view(torch.uint8), vs
+    else:
+        os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
+        try:
+            v8, vs = torch.ops.sage.quant_v_fp8(v, layout)
+        finally:
+            del os.environ["SAGEATTN_SK1_PROLOGUE"]
+    return v8.view(torch.uint8), vs.view(torch.int32)
 
 
 def v_with_hard_channels(b, h, n, d, dtype, seed):
     """[b, h, n, d] with channels of very different magnitudes, and in head 0 a NaN channel, an inf channel, an
     all-zero channel and one of values so small that its scale is subnormal or 0."""
     g = torch.Generator().manual_seed(seed)
-    v = torch.randn(b, h, n, d, generator=g) * torch.exp(3 * torch.randn(d, generator=g))
+    v = torch.randn(b, h, n, d, generator=g) * torch.exp(2 * torch.randn(d, generator=g))  # finite in fp16
     v = v.to(dtype)
     v[:, 0, n // 2, 0] = float("nan")
     if d > 3:
@@ -61,8 +65,7 @@ def test_v_quant_hip_triton_cpu_bit_identical(n, d, dtype, layout):
     v = v_with_hard_channels(2, 3, n, d, dtype, seed=n + d)
     if layout == "NHD":
         v = v.transpose(1, 2).contiguous()
-    cpu = torch.ops.sage.quant_v_fp8(v, layout)
-    cpu = (cpu[0].view(torch.uint8), cpu[1])
+    cpu = quant_v("cpu", v, layout)
     for impl in ("hip", "triton"):
         for got, want, name in zip(quant_v(impl, v.cuda(), layout), cpu, ("v_fp8", "v_scale")):
             identical(got, want, f"{impl} {name} differs from the CPU kernel's")
@@ -73,12 +76,26 @@ def test_v_quant_of_strided_views():
     for offset in (0, 1):
         flat = torch.randn(2 * 300 * 3 * 4 * 128 + offset, dtype=torch.float16)
         v = flat[offset:].view(2, 300, 3, 4, 128)[:, :, 2]  # NHD view
-        cpu = torch.ops.sage.quant_v_fp8(v, "NHD")
+        cpu = quant_v("cpu", v, "NHD")
         vg = flat.cuda()[offset:].view(2, 300, 3, 4, 128)[:, :, 2]
         for impl in ("hip", "triton"):
-            got = quant_v(impl, vg, "NHD")
-            identical(got[0], cpu[0].view(torch.uint8))
-            identical(got[1], cpu[1])
+            for got, want in zip(quant_v(impl, vg, "NHD"), cpu):
+                identical(got, want, f"{impl} differs from the CPU kernel")
+
+
+@pytest.mark.parametrize("n,d,dtype,offset", [(0, 64, torch.float16, 0), (0, 128, torch.bfloat16, 1),
+                                              (5, 1, torch.float16, 0), (70, 3, torch.bfloat16, 0),
+                                              (300, 100, torch.bfloat16, 1), (300, 117, torch.float16, 0)])
+def test_v_quant_edge_shapes(n, d, dtype, offset):
+    """No tokens (v_scale all 0), head_dims 1-3 and odd ones up to 128, and an odd element offset (the
+    element-by-element path) in both dtypes: the HIP kernels give the CPU kernel's bits."""
+    v = v_with_hard_channels(1, 2, max(n, 1), d, dtype, seed=n + d)[:, :, :n]
+    flat = torch.zeros(v.numel() + offset, dtype=dtype)
+    flat[offset:] = v.flatten()
+    cpu = quant_v("cpu", flat[offset:].view(v.shape), "HND")
+    flat_gpu = flat.cuda()
+    for got, want in zip(quant_v("hip", flat_gpu[offset:].view(v.shape), "HND"), cpu):
+        identical(got, want, "hip differs from the CPU kernel")
 
 
 def test_v_quant_beyond_2_to_the_31_elements():
@@ -87,9 +104,9 @@ def test_v_quant_beyond_2_to_the_31_elements():
     g = torch.Generator(device="cuda").manual_seed(1)
     v = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
     v8, vs = quant_v("hip", v, "HND")
-    want8, want_s = torch.ops.sage.quant_v_fp8(v[:, -1:].cpu(), "HND")
+    want8, want_s = quant_v("cpu", v[:, -1:].cpu(), "HND")
     identical(vs[:, -1:], want_s)
-    identical(v8[:, -1:, -1000:], want8.view(torch.uint8)[:, :, -1000:])
+    identical(v8[:, -1:, -1000:], want8[:, :, -1000:])
     del v8, v
     torch.cuda.empty_cache()
 

@@ -1,6 +1,6 @@
 """Compiles torch_sage's Triton prologue (the JIT-only alternate, SAGEATTN_SK1_PROLOGUE=triton) for an AMD target
-without a GPU and reports what the machine code uses. The kernels compiled ahead of time for the default path
-(attention, V quantization) are checked by test/test_aot_build.py.
+without a GPU and reports what the machine code uses. The attention kernels compiled ahead of time for the default
+path are checked by test/test_aot_build.py.
 
 python tools/amd_triton_compile.py [--arch gfx1201] [--quick]
 

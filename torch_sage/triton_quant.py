@@ -171,8 +171,8 @@ def _quant_v_kernel(v_ptr, out_ptr, part_ptr, scale_ptr, n_tokens, n_blocks, hea
 
 
 def quant_v_fp8_triton(v, tensor_layout):
-    """Per-channel e4m3 V (same outputs as torch.ops.sage.quant_v_fp8): two launches. The C++ launcher of the
-    precompiled kernels (csrc/ops/gpu_triton_kernels.cpp) makes the same two launches."""
+    """Per-channel e4m3 V (same outputs as torch.ops.sage.quant_v_fp8, whose GPU kernels are csrc/hip's): two
+    launches, a per-chunk channel amax, then the quantization."""
     (b, h, n, d), (sb, sh, sn) = _bhnd(v, tensor_layout)
     v_fp8 = torch.empty(v.shape, dtype=torch.float8_e4m3fn, device=v.device)
     v_scale = torch.empty((b, h, d), dtype=torch.float32, device=v.device)

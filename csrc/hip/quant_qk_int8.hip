@@ -13,17 +13,18 @@
 // so the input is read exactly once. K rows 0..63 are the first K block (i < 4), 64..127
 // the second. Output rows are contiguous: at a fixed i the block writes 16*Dp contiguous
 // bytes, 8 bytes per thread (fully coalesced).
+#if defined(__HIP__)
+// Bit-exactness: no mul+add fusion anywhere in this file, compat.h's operations included (hipcc defaults to
+// contract=fast), so before the includes.
+#pragma clang fp contract(off)
+#endif
+
 #include <algorithm>
 #include <cstdint>
 
 #include "compat.h"
 #include "exact_div.h"
 #include "quant_qk_int8.h"
-
-#if defined(__HIP__)
-// Bit-exactness: no mul+add fusion anywhere in this file (hipcc defaults to contract=fast).
-#pragma clang fp contract(off)
-#endif
 
 namespace sage {
 namespace {

@@ -10,6 +10,12 @@
 //     e4m3(clamp(v / v_scale, -448, 448)) rounded to nearest even, 0 where v_scale is not > 0.
 // Both kernels: 256 threads = (1024 / Dp) row groups x (Dp / 4) column quads. A thread owns 4 consecutive channels:
 // one 8-byte load and one 4-byte store per row when V is aligned for it (VEC), element by element otherwise.
+#if defined(__HIP__)
+// Bit-exactness: no mul+add fusion anywhere in this file, compat.h's operations included (hipcc defaults to
+// contract=fast), so before the includes.
+#pragma clang fp contract(off)
+#endif
+
 #include <algorithm>
 #include <cstdint>
 
@@ -17,11 +23,6 @@
 #include "exact_div.h"
 #include "quant_v_fp8.h"
 #include "quant_v_fp8_math.h"
-
-#if defined(__HIP__)
-// Bit-exactness: no mul+add fusion anywhere in this file (hipcc defaults to contract=fast).
-#pragma clang fp contract(off)
-#endif
 
 namespace sage {
 namespace {
