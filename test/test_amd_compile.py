@@ -245,8 +245,14 @@ def test_gfx1200_and_gfx1201_machine_code_is_identical(code_objects, src):
     assert sorted(a) == sorted(b)
     for symbol in a:
         assert a[symbol] == b[symbol], f"{symbol}: gfx1201 and gfx1200 code differ"
+    # And the kernel descriptors (resources, modes), all but bytes 16-23, kernel_code_entry_byte_offset: where the
+    # code lies relative to its descriptor is layout (seen to differ between the two archs' code objects under CI's
+    # .ci/run, not when the test is run alone), and the code itself is compared above.
     kd_a, kd_b = (code_objects[(src.name, arch)]["kd"] for arch in ARCHS)
-    assert kd_a == kd_b and sorted(kd_a) == sorted(a)  # and the kernel descriptors (resources, modes)
+    assert sorted(kd_a) == sorted(kd_b) == sorted(a)
+    for symbol, kd in kd_a.items():
+        differ = [i for i in range(64) if kd[i] != kd_b[symbol][i] and not 16 <= i < 24]
+        assert not differ, f"{symbol}: kernel descriptor bytes {differ} differ between gfx1201 and gfx1200"
 
 
 def test_rocm_host_code_of_the_arch_check_compiles(rocm, tmp_path):
