@@ -47,9 +47,10 @@ inline float fmul_rn(float a, float b) { return a * b; }
 inline float fadd_rn(float a, float b) { return a + b; }
 inline float fma_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float frcp_rn(float a) { return 1.0f / a; }
+inline float fdiv_rn(float a, float b) { return a / b; }
 }  // namespace compat
 }  // namespace sage
-#include "exact_div.h"
+#include "quant_rules.h"
 #include "quant_v_fp8_math.h"
 
 // The CPU kernel's element (csrc/ops/cpu_prologue.cpp, quant_v_fp8_cpu).
@@ -71,7 +72,8 @@ int main() {
   std::normal_distribution<float> nd;
   for (int t = 0; t < 100000; ++t) {
     // amax from 2^-140 (subnormal scales, the 2^100 prescale) to ~1e13, and channels with no scale.
-    float amax = t % 7 ? std::fabs(nd(g)) * std::exp(3 * nd(g)) : std::ldexp(std::fabs(nd(g)) + 0.01f, -(int)(g() % 140));
+    float amax = t % 7 ? std::fabs(nd(g)) * std::exp(3 * nd(g))
+                       : std::ldexp(std::fabs(nd(g)) + 0.01f, -(int)(g() % 140));
     if (t % 1000 == 0) amax = 0.0f;
     const float s = amax / 448.0f;
     const sage::vquant::ChannelDiv div(s);
@@ -89,7 +91,7 @@ int main() {
 
 
 def test_v_quant_element_math_matches_the_cpu_kernel(tmp_path):
-    """csrc/hip/quant_v_fp8_math.h (with exact_div.h) compiled as host code against host versions of compat.h's
+    """csrc/hip/quant_v_fp8_math.h (with quant_rules.h) compiled as host code against host versions of compat.h's
     correctly rounded operations: e4m3 rounding over every 7th float up to 448 and the division by the channel scale
     (tiny, zero and normal scales; +-0, subnormal and extreme values) give c10::Float8_e4m3fn's bytes, as the CPU
     kernel does. The GPU test (test_gpu_prologue.py) compares the whole kernels."""

@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "compat.h"
-#include "exact_div.h"
+#include "quant_rules.h"
 #include "quant_qk_int8.h"
 
 namespace sage {
@@ -41,14 +41,7 @@ constexpr int kColsumTargetBlocks = 320;  // enough loads in flight for the colu
 // waiting a memory latency, on the 40 blocks of a 1x40x1024 call, and key smoothing cost 17 us of its 89 (F19).
 constexpr int kColsumMinRows = 128;
 constexpr int kMaxChunks = 16;            // bounds the partials each K block re-reads (L2)
-constexpr uint32_t kAbsMask = 0x7fffffffu;
-constexpr uint32_t kInfBits = 0x7f800000u;
-// q + 1.5*2^23 rounds q to an integer with ties-to-even for |q| < 2^22 (we have |q| <= 127);
-// the integer is then the low byte of the sum's bits (two's complement).
-constexpr float kRneMagic = 12582912.0f;
-// compat::div_rn needs s >= compat::kDivRnMinScale. Smaller scales (only tiny bf16 blocks) first multiply x and s
-// by 2^100, which is exact both ways (|x| <= amax < 2^-52) and keeps x/s unchanged.
-constexpr float kSlowPrescale = 0x1p100f;
+using quant::umax;  // the amax rule shared with the V quantization (quant_rules.h)
 
 struct alignas(16) U32x4 {
   uint32_t v[4];
@@ -86,7 +79,6 @@ struct ColsumArgs {
   int head_dim, dp, cv_bits, chunks;
 };
 
-__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 __device__ __forceinline__ int clamp_rows(int64_t v) {
   return (int)(v < -1 ? (int64_t)-1 : (v > kUnitRows ? (int64_t)kUnitRows : v));
@@ -127,17 +119,11 @@ __device__ __forceinline__ U32x4 zero_vec() {
 
 // Bits of q + magic: the low byte is rint(q) for |q| < 2^22.
 __device__ __forceinline__ uint32_t rne_bits(float q) {
-  return compat::bit_cast<uint32_t>(compat::fadd_rn(q, kRneMagic));
+  return compat::bit_cast<uint32_t>(compat::fadd_rn(q, quant::kRneMagic));
 }
 
 __device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   return (a & 0xffu) | ((b & 0xffu) << 8) | ((c & 0xffu) << 16) | (d << 24);
-}
-
-// Non-finite anywhere (bits above +inf's are NaN) -> NaN; else RN(amax / 127).
-__device__ __forceinline__ float bits_to_scale(uint32_t amax_bits) {
-  if (amax_bits >= kInfBits) return compat::bit_cast<float>(0x7fc00000u);
-  return compat::fdiv_rn(compat::bit_cast<float>(amax_bits), 127.0f);
 }
 
 // The clamp to [-127, 127] only matters for subnormal scales (PRESCALE path): for a normal
@@ -165,13 +151,13 @@ __device__ __forceinline__ void quantize_store(const U32x4 (&raw)[kRowsPerThread
         const float x1 = compat::fma_rn(f1, mul, nsub[2 * w + 1]);
         float q0, q1;
         if (PRESCALE) {
-          q0 = compat::div_rn(compat::fmul_rn(x0, pm), s, y);
-          q1 = compat::div_rn(compat::fmul_rn(x1, pm), s, y);
+          q0 = quant::div_rn(compat::fmul_rn(x0, pm), s, y);
+          q1 = quant::div_rn(compat::fmul_rn(x1, pm), s, y);
           q0 = fminf(fmaxf(q0, -127.0f), 127.0f);
           q1 = fminf(fmaxf(q1, -127.0f), 127.0f);
         } else {
-          q0 = compat::div_rn(x0, s, y);
-          q1 = compat::div_rn(x1, s, y);
+          q0 = quant::div_rn(x0, s, y);
+          q1 = quant::div_rn(x1, s, y);
         }
         e[2 * w] = rne_bits(q0);
         e[2 * w + 1] = rne_bits(q1);
@@ -278,7 +264,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
         cvt2<BF16>(raw[i].v[w], f0, f1);
         const float x0 = compat::fma_rn(f0, mul, nsub[2 * w]);
         const float x1 = compat::fma_rn(f1, mul, nsub[2 * w + 1]);
-        m = umax(m, umax(compat::bit_cast<uint32_t>(x0) & kAbsMask, compat::bit_cast<uint32_t>(x1) & kAbsMask));
+        m = umax(m, umax(quant::abs_bits(x0), quant::abs_bits(x1)));
       }
       if (i < kRowsPerThread / 2) {
         amax_lo = umax(amax_lo, m);
@@ -315,8 +301,8 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
     amax_lo = umax(amax_lo, amax_hi);
     amax_hi = amax_lo;
   }
-  const float scale_lo = bits_to_scale(amax_lo);
-  const float scale_hi = bits_to_scale(amax_hi);
+  const float scale_lo = quant::bits_to_scale(amax_lo, 127.0f);
+  const float scale_hi = quant::bits_to_scale(amax_hi, 127.0f);
   if (tid == 0) {
     if (!is_k) {
       a.q_scale[(int64_t)bh * a.q_units_per_head + blk] = scale_lo;
@@ -332,8 +318,8 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
   // s = 1 there just keeps the arithmetic tame.
   const bool keep_lo = scale_lo > 0.0f;
   const bool keep_hi = scale_hi > 0.0f;
-  const float pm_lo = keep_lo && scale_lo < compat::kDivRnMinScale ? kSlowPrescale : 1.0f;
-  const float pm_hi = keep_hi && scale_hi < compat::kDivRnMinScale ? kSlowPrescale : 1.0f;
+  const float pm_lo = keep_lo && scale_lo < quant::kDivRnMinScale ? quant::kDivRnPrescale : 1.0f;
+  const float pm_hi = keep_hi && scale_hi < quant::kDivRnMinScale ? quant::kDivRnPrescale : 1.0f;
   const float s_lo = keep_lo ? compat::fmul_rn(scale_lo, pm_lo) : 1.0f;  // exact
   const float s_hi = keep_hi ? compat::fmul_rn(scale_hi, pm_hi) : 1.0f;
   const float y_lo = compat::frcp_rn(s_lo);

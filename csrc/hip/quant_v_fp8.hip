@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "compat.h"
-#include "exact_div.h"
+#include "quant_rules.h"
 #include "quant_v_fp8.h"
 #include "quant_v_fp8_math.h"
 
@@ -34,8 +34,7 @@ constexpr int kAmaxUnroll = 8;                      // rows of loads in flight p
 constexpr int kTargetBlocks = 320;                  // amax blocks wanted in flight over the whole GPU
 constexpr int kMinChunkRows = 128;
 constexpr int kMaxChunks = 16;                      // bounds the partials each quant block re-reads (L2)
-constexpr uint32_t kAbsMask = 0x7fffffffu;
-constexpr uint32_t kInfBits = 0x7f800000u;
+using quant::umax;
 
 struct alignas(8) U32x2 {
   uint32_t v[2];
@@ -51,8 +50,6 @@ struct VArgs {
   uint32_t heads;
   int head_dim, dp, chunks;
 };
-
-__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 template <bool BF16>
 __device__ __forceinline__ float to_float(uint16_t bits) {
@@ -112,7 +109,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 4) channel_amax_kernel(const VArgs 
 #pragma unroll
       for (int u = 0; u < kAmaxUnroll; ++u) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) m[j] = umax(m[j], compat::bit_cast<uint32_t>(element<BF16>(raw[u], j)) & kAbsMask);
+        for (int j = 0; j < 4; ++j) m[j] = umax(m[j], quant::abs_bits(element<BF16>(raw[u], j)));
       }
     }
   }
@@ -136,8 +133,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
     uint32_t m = 0u;
     const uint32_t* part = a.partials + (int64_t)bh * a.chunks * a.dp + tid;
     for (int c = 0; c < a.chunks; ++c) m = umax(m, part[(int64_t)c * a.dp]);
-    const float s = m >= kInfBits ? compat::bit_cast<float>(0x7fc00000u)
-                                  : compat::fdiv_rn(compat::bit_cast<float>(m), kFp8Max);
+    const float s = quant::bits_to_scale(m, kFp8Max);
     s_scale[tid] = s;
     if (tile == 0 && tid < a.head_dim) a.scale[(int64_t)bh * a.head_dim + tid] = s;
   }
