@@ -27,21 +27,21 @@ QuantOut triton_prologue(const at::Tensor& q, const at::Tensor& k, c10::string_v
   return triton.call(q, k, layout, sm_scale, smooth_k);
 }
 
-// True when the launch failed because the build has no kernel image for this NVIDIA arch (TORCH_CUDA_ARCH_LIST
-// left it out): the launcher read, and so cleared, that error and nothing ran, so the Triton kernels, compiled on
-// first use, can take the call, as the attention kernel's fallback does. Warns once.
-bool arch_not_built(int err, const std::string& arch) {
-#if defined(USE_ROCM)
-  (void)err;
-  (void)arch;
-  return false;
-#else
-  if (err != cudaErrorNoKernelImageForDevice) return false;
-  TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (", arch,
-                  "); using the Triton prologue, compiled on first use. Rebuild with ",
-                  "TORCH_CUDA_ARCH_LIST including this GPU's compute capability to precompile it.");
-  return true;
+// After op's launch returned err: true when the build has no kernel image for this NVIDIA arch
+// (TORCH_CUDA_ARCH_LIST left it out). The launcher read, and so cleared, that error and nothing ran, so the Triton
+// kernels, compiled on first use, take the call, as the attention kernel's fallback does (warned once). Any other
+// error raises; false when the launch succeeded.
+bool triton_takes_call(int err, [[maybe_unused]] const std::string& arch, const char* op) {
+#if !defined(USE_ROCM)
+  if (err == cudaErrorNoKernelImageForDevice) {
+    TORCH_WARN_ONCE("sage: torch_sage was built without the quantization kernels for this GPU (", arch,
+                    "); using the Triton prologue, compiled on first use. Rebuild with ",
+                    "TORCH_CUDA_ARCH_LIST including this GPU's compute capability to precompile it.");
+    return true;
+  }
 #endif
+  TORCH_CHECK(err == 0, op, ": kernel launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
+  return false;
 }
 
 at::Tensor workspace_of(int64_t bytes, const at::Tensor& like) {
@@ -90,9 +90,7 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
     p.workspace = workspace.data_ptr();
   }
   const int err = launch_quant_qk_int8(p, c10::cuda::getCurrentCUDAStream().stream());
-  if (arch_not_built(err, arch)) return triton_prologue(q, k, layout, sm_scale, smooth_k);
-  TORCH_CHECK(err == 0, "sage::quant_qk_int8: kernel launch failed: ",
-              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  if (triton_takes_call(err, arch, "sage::quant_qk_int8")) return triton_prologue(q, k, layout, sm_scale, smooth_k);
   return {r.q_int8, r.q_scale, r.k_int8, r.k_scale, r.k_mean};
 }
 
@@ -139,9 +137,7 @@ QuantVOut quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
     p.workspace = workspace.data_ptr();
   }
   const int err = launch_quant_v_fp8(p, c10::cuda::getCurrentCUDAStream().stream());
-  if (arch_not_built(err, arch)) return triton_quant_v(v, layout);
-  TORCH_CHECK(err == 0, "sage::quant_v_fp8: kernel launch failed: ",
-              cudaGetErrorString(static_cast<cudaError_t>(err)));
+  if (triton_takes_call(err, arch, "sage::quant_v_fp8")) return triton_quant_v(v, layout);
   return {v_fp8, v_scale};
 }
 
