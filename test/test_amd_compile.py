@@ -198,19 +198,25 @@ def ops(instructions):
     return {i.split()[0] for i in instructions}
 
 
+def quant_kernels(code_objects, src, arch):
+    """(symbol, name, vec, instructions used) of each kernel of src (template <bool BF16, bool VEC>), after the
+    checks every quantization kernel passes: fp16 -> float32 conversions only in the fp16 variants (bf16 is a
+    shift), and gfx12's split workgroup barrier."""
+    for symbol, ins in code_objects[(src, arch)]["text"].items():
+        name, (bf16, vec) = kernel_name(symbol)
+        used = ops(ins)
+        f16 = {"v_cvt_f32_f16_e32", "v_cvt_f32_f16_e64", "v_fma_mix_f32", "v_fma_mixlo_f16"} & used
+        assert bool(f16) != bf16, (symbol, sorted(f16))
+        assert {"s_barrier_signal", "s_barrier_wait"} <= used, symbol
+        yield symbol, name, vec, used
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_quant_kernels_use_the_intended_instructions(code_objects, arch):
-    co = code_objects[("quant_qk_int8.hip", arch)]
-    for symbol, ins in co["text"].items():
-        name, (bf16, vec) = kernel_name(symbol)  # template <bool BF16, bool VEC>
-        used = ops(ins)
+    for symbol, name, vec, used in quant_kernels(code_objects, "quant_qk_int8.hip", arch):
         # 16-byte row loads only in the vector variants (the scalar ones are for unaligned inputs).
         assert ("global_load_b128" in used) == vec, (symbol, sorted(used))
         assert "global_load_u16" in used, symbol
-        # fp16 -> float32 conversions only in the fp16 variants (bf16 is a shift).
-        f16 = {"v_cvt_f32_f16_e32", "v_cvt_f32_f16_e64", "v_fma_mix_f32", "v_fma_mixlo_f16"} & used
-        assert bool(f16) != bf16, (symbol, sorted(f16))
-        assert {"s_barrier_signal", "s_barrier_wait"} <= used, symbol  # gfx12's split workgroup barrier
         if name == "quant_qk_int8_kernel":
             assert "ds_bpermute_b32" in used, symbol  # warp butterfly of the block amax (compat::shfl_xor)
             assert {"v_div_scale_f32", "v_div_fmas_f32", "v_div_fixup_f32"} <= used, symbol  # IEEE amax / 127, 1/s
@@ -223,15 +229,9 @@ def test_quant_kernels_use_the_intended_instructions(code_objects, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_v_quant_kernels_use_the_intended_instructions(code_objects, arch):
-    co = code_objects[("quant_v_fp8.hip", arch)]
-    for symbol, ins in co["text"].items():
-        name, (bf16, vec) = kernel_name(symbol)  # template <bool BF16, bool VEC>
-        used = ops(ins)
+    for symbol, name, vec, used in quant_kernels(code_objects, "quant_v_fp8.hip", arch):
         # 8-byte row loads (4 channels) only in the vector variants, 2-byte loads only in the others.
         assert ("global_load_b64" in used) == vec and ("global_load_u16" in used) != vec, (symbol, sorted(used))
-        f16 = {"v_cvt_f32_f16_e32", "v_cvt_f32_f16_e64", "v_fma_mix_f32", "v_fma_mixlo_f16"} & used
-        assert bool(f16) != bf16, (symbol, sorted(f16))  # fp16 -> float32 only in the fp16 variants
-        assert {"s_barrier_signal", "s_barrier_wait"} <= used, symbol
         if name == "quant_v_kernel":
             assert {"v_div_scale_f32", "v_div_fmas_f32", "v_div_fixup_f32"} <= used, symbol  # IEEE divisions
             assert ("global_store_b8" in used) != vec, symbol  # 4 channels a store in the vector variants

@@ -22,24 +22,24 @@ def identical(a, b, what=None):
     torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0, equal_nan=True, msg=what)
 
 
-def prologue(impl, *args):
+def with_prologue(impl, op, *args):
+    """op(*args) with SAGEATTN_SK1_PROLOGUE=impl for the call."""
     os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
     try:
-        return torch.ops.sage.quant_qk_int8(*args)
+        return op(*args)
     finally:
         del os.environ["SAGEATTN_SK1_PROLOGUE"]
 
 
+def prologue(impl, *args):
+    return with_prologue(impl, torch.ops.sage.quant_qk_int8, *args)
+
+
 def quant_v(impl, v, layout):
-    """(v_fp8, v_scale) as their bits (uint8, int32): compared exactly, sign of zero and NaN payload included."""
-    if impl == "cpu":
-        v8, vs = torch.ops.sage.quant_v_fp8(v, layout)
-    else:
-        os.environ["SAGEATTN_SK1_PROLOGUE"] = impl
-        try:
-            v8, vs = torch.ops.sage.quant_v_fp8(v, layout)
-        finally:
-            del os.environ["SAGEATTN_SK1_PROLOGUE"]
+    """(v_fp8, v_scale) as their bits (uint8, int32): compared exactly, sign of zero and NaN payload included.
+    impl "cpu" is the CPU kernel (v on the CPU)."""
+    op = torch.ops.sage.quant_v_fp8
+    v8, vs = op(v, layout) if impl == "cpu" else with_prologue(impl, op, v, layout)
     return v8.view(torch.uint8), vs.view(torch.int32)
 
 
