@@ -148,3 +148,29 @@ def test_host_side_takes_and_refuses_calls(tmp_path):
                      "v is not 16-byte aligned|0", "no keys or no queries|0", "fast mode buffers|98304",
                      f"ok|{1 * 2 * 128 * 384}", f"fp8 v is not in 4-byte words|{1 * 2 * 128 * 384}",
                      "out is not aligned for pair stores|98304"]
+
+
+def test_every_sm90_kernel_waits_for_the_previous_one_before_touching_memory(compiled, tmp_path):
+    """The launches are programmatic dependent ones on sm_90 (csrc/hip/compat.h launch()): a kernel may start while
+    the one before it finishes, so each must pass griddepcontrol.wait (SASS ACQBULK) before its first global load or
+    store, or it could read a prologue output not yet written (or overwrite memory that kernel still reads)."""
+    objs, _ = compiled
+    cuobjdump, nvcc = _cuobjdump(), _nvcc()
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump")
+    for src in sorted((ROOT / "csrc" / "hip").glob("*.hip")):  # the prologue and the V quantization
+        obj = tmp_path / (src.stem + ".o")
+        subprocess.run([nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-x", "cu", "-c", str(src),
+                        "-o", str(obj)], capture_output=True, text=True, check=True)
+        objs = objs + [obj]
+    functions = []
+    for obj in objs:
+        sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+        functions += re.split(r"\n\s*Function : ", sass)[1:]
+    # csrc/sm90's (test_no_spills_and_registers_recorded), and csrc/hip's: 2 files x 2 kernels x dtype x vector width
+    assert len(functions) == 74 + 16
+    for body in functions:
+        name = body.split()[0]
+        memory = re.search(r"\b(LDG|STG|LD|ST|ATOMG|REDG|UTMALDG|UBLKCP)\b", body)
+        wait = body.find("ACQBULK")
+        assert memory is not None and 0 <= wait < memory.start(), name

@@ -44,11 +44,6 @@ typedef cudaError_t sage_error_t;
 #endif
 #endif
 
-// Triple-chevron launches are accepted by nvcc and by clang/hipcc alike; the macro
-// keeps one spelling in case a target ever needs hipLaunchKernelGGL.
-#define SAGE_LAUNCH(kernel, grid, block, smem, stream, ...) \
-  kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
-
 // Runs the lambda that follows with `constexpr bool NAME` equal to COND: the template dispatch of the
 // kernels (input dtype x vector width) as one expression per flag instead of nested if/else.
 #define SAGE_BOOL_SWITCH(COND, NAME, ...) \
@@ -206,6 +201,46 @@ __device__ __forceinline__ double shfl_xor(double v, int lane_mask) {
 #else
   return __longlong_as_double((long long)r);
 #endif
+}
+
+// ---- Launches ----------------------------------------------------------------------------------------------
+// Every csrc/hip and csrc/sm90 kernel is launched by launch() and calls wait_for_previous_grid() before it touches
+// global memory. With `overlap` (the host side sets it on NVIDIA sm_90 and newer, SAGEATTN_SK1_OVERLAP) the launch
+// is a programmatic dependent one: the kernel's blocks may become resident while the previous kernel of the stream
+// finishes and wait there until its writes are visible, so the launch latency between the prologue's kernels and
+// the attention kernel hides behind each one's tail. Otherwise (and on ROCm) it is a plain launch, and the wait
+// returns at once.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // The next kernel may launch now: it waits in turn for this one to finish.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Enqueues kernel(args...) on stream; the caller reads the launch's error with sage_get_last_error().
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, sage_stream_t stream, bool overlap,
+            const Args&... args) {
+#if !defined(SAGE_HIP)
+  if (overlap) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, args...);  // an error stays readable by sage_get_last_error()
+    return;
+  }
+#else
+  (void)overlap;
+#endif
+  kernel<<<grid, block, smem, stream>>>(args...);
 }
 
 }  // namespace compat

@@ -32,6 +32,7 @@ struct QuantQKParams {
   bool smooth_k;
   // Scratch for smooth_k: at least quant_qk_int8_workspace_bytes(*this) bytes, no initialisation needed.
   void* workspace;
+  bool overlap_launch;  // programmatic dependent launches (NVIDIA sm_90+ only; compat.h launch())
 };
 
 // Bytes of scratch the launch needs (0 when smooth_k is off).

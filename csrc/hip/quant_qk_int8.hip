@@ -177,6 +177,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
   alignas(16) __shared__ float s_mean[256];
   __shared__ uint32_t s_red[2][kMaxWarps];
 
+  compat::wait_for_previous_grid();
   const int tid = (int)threadIdx.x;
   const int cv = tid & ((1 << a.cv_bits) - 1);
   const int rg = tid >> a.cv_bits;
@@ -342,6 +343,7 @@ template <bool BF16, bool VEC>
 __global__ void SAGE_LAUNCH_BOUNDS(kColsumThreads, 4) k_colsum_kernel(const ColsumArgs a) {
   __shared__ double s_sum[kColsumThreads * 8];  // row groups x Dp = 2048 for every Dp
 
+  compat::wait_for_previous_grid();
   const int tid = (int)threadIdx.x;
   const int cv = tid & ((1 << a.cv_bits) - 1);
   const int rg = tid >> a.cv_bits;
@@ -479,7 +481,9 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
     c.chunks = chunks;
     const dim3 grid((unsigned)(bhk * chunks)), block(kColsumThreads);
     SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
-      SAGE_BOOL_SWITCH(vk, kVec, [&] { SAGE_LAUNCH((k_colsum_kernel<kBF16, kVec>), grid, block, 0, stream, c); });
+      SAGE_BOOL_SWITCH(vk, kVec, [&] {
+        compat::launch(k_colsum_kernel<kBF16, kVec>, grid, block, 0, stream, p.overlap_launch, c);
+      });
     });
     const sage_error_t err = sage_get_last_error();
     if (err != SAGE_SUCCESS) return (int)err;
@@ -520,7 +524,9 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   const dim3 grid((unsigned)(q_units + k_units)), block(threads);
   const bool v = vq && vk;
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
-    SAGE_BOOL_SWITCH(v, kVec, [&] { SAGE_LAUNCH((quant_qk_int8_kernel<kBF16, kVec>), grid, block, 0, stream, a); });
+    SAGE_BOOL_SWITCH(v, kVec, [&] {
+      compat::launch(quant_qk_int8_kernel<kBF16, kVec>, grid, block, 0, stream, p.overlap_launch, a);
+    });
   });
   return (int)sage_get_last_error();
 }

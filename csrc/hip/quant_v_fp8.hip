@@ -83,6 +83,7 @@ __device__ __forceinline__ float element(const U32x2& q, int j) {
 template <bool BF16, bool VEC>
 __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 4) channel_amax_kernel(const VArgs a) {
   __shared__ uint32_t s_max[kThreads * 4];  // [row group][Dp]: 1024 / Dp groups of Dp channels
+  compat::wait_for_previous_grid();
   const int tid = (int)threadIdx.x;
   const int quads = a.dp / 4, groups = kThreads / quads;
   const int rg = tid / quads, c0 = 4 * (tid % quads);
@@ -126,6 +127,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 4) channel_amax_kernel(const VArgs 
 template <bool BF16, bool VEC>
 __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
   __shared__ float s_scale[kThreads];
+  compat::wait_for_previous_grid();
   const int tid = (int)threadIdx.x;
   const uint32_t tile = blockIdx.x % (uint32_t)a.tiles, bh = blockIdx.x / (uint32_t)a.tiles;  // grid < 2^31
   const uint32_t b = bh / a.heads, h = bh % a.heads;
@@ -238,13 +240,15 @@ int launch_quant_v_fp8(const QuantVParams& p, void* stream_ptr) {
   const bool bf16 = p.dtype == InDtype::kBFloat16, vec = vec_ok(p);
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
     SAGE_BOOL_SWITCH(vec, kVec, [&] {
-      SAGE_LAUNCH((channel_amax_kernel<kBF16, kVec>), dim3((unsigned)(bh * chunks)), dim3(kThreads), 0, stream, a);
+      compat::launch(channel_amax_kernel<kBF16, kVec>, dim3((unsigned)(bh * chunks)), dim3(kThreads), 0, stream,
+                     p.overlap_launch, a);
     });
   });
   if (const sage_error_t err = sage_get_last_error(); err != SAGE_SUCCESS) return (int)err;
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
     SAGE_BOOL_SWITCH(vec, kVec, [&] {
-      SAGE_LAUNCH((quant_v_kernel<kBF16, kVec>), dim3((unsigned)(bh * tiles)), dim3(kThreads), 0, stream, a);
+      compat::launch(quant_v_kernel<kBF16, kVec>, dim3((unsigned)(bh * tiles)), dim3(kThreads), 0, stream,
+                     p.overlap_launch, a);
     });
   });
   return (int)sage_get_last_error();

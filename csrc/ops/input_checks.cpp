@@ -50,9 +50,20 @@ Sm90Use sm90_use() {
   return value == "1" ? Sm90Use::kForce : value == "ws" ? Sm90Use::kForceWs : Sm90Use::kOff;
 }
 
+bool overlap_launches() {
+  const char* env = std::getenv("SAGEATTN_SK1_OVERLAP");
+  const std::string value = env == nullptr ? "" : env;
+  TORCH_CHECK(value.empty() || value == "0" || value == "1",
+              "sage: SAGEATTN_SK1_OVERLAP must be \"1\" / unset (a call's GPU kernels may start while the one "
+              "before them finishes, on NVIDIA sm_90 and newer) or \"0\" (each starts after the previous one ended), "
+              "got \"", value, "\"");
+  return value != "0";
+}
+
 void check_settings() {
   use_triton_prologue();
   sm90_use();
+  overlap_launches();
   // The opt-in itself is applied where a gfx1200 is found (gpu_arch.h); its value is checked everywhere.
   const char* gfx1200 = std::getenv("SAGEATTN_SK1_GFX1200");
   const std::string value = gfx1200 == nullptr ? "" : gfx1200;

@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     }
     fence_barrier_init();
   }
+  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
   __syncthreads();
   if (tid == 0) {
     mbar_arrive_expect_tx(&bars->q_full, T::kQBytes);
@@ -221,6 +222,7 @@ __global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const uint8_t* __r
                                                               int kv_len, int head_dim, int64_t nt) {
   constexpr int kTokens = 64, kRow = D + 4;  // the row's 4 extra bytes spread the 16-token groups over the banks
   __shared__ __align__(16) uint8_t tile[kTokens * kRow];
+  compat::wait_for_previous_grid();  // V's quantization
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int bhk = blockIdx.y, b = bhk / heads, h = bhk % heads;
   const uint8_t* src = v + b * sb + h * sh;
@@ -332,11 +334,11 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
     const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
     const int hd = static_cast<int>(p.head_dim);
     if (d == 128) {
-      transpose_v_fp8_kernel<128><<<grid, 256, 0, stream>>>(v, vt, p.v_stride_b, p.v_stride_h, p.v_stride_n, heads,
-                                                            kv, hd, static_cast<int64_t>(nt));
+      compat::launch(transpose_v_fp8_kernel<128>, grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+                     p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     } else {
-      transpose_v_fp8_kernel<64><<<grid, 256, 0, stream>>>(v, vt, p.v_stride_b, p.v_stride_h, p.v_stride_n, heads,
-                                                           kv, hd, static_cast<int64_t>(nt));
+      compat::launch(transpose_v_fp8_kernel<64>, grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+                     p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     }
     if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
   } else {

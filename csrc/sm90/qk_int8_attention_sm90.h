@@ -44,6 +44,7 @@ struct QKAttentionParams {
   int64_t head_dim_pad;  // of q_int8 and k_int8 (the prologue's padding): 64 or 128
   bool causal;       // upper-left aligned: key j is seen by query i when j <= i
   Schedule schedule;
+  bool overlap_launch;  // programmatic dependent launches (csrc/hip/compat.h launch())
 };
 
 // Bytes of workspace the call needs (0 in the accurate mode).

@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     fence_barrier_init();
   }
+  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
   __syncthreads();
 
   if (wg == 0) {
