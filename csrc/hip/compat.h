@@ -6,6 +6,7 @@
 // files with fast-math, -ftz, or -fno-hip-fp32-correctly-rounded-divide-sqrt.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #if defined(__HIP__) || defined(__HIPCC__)
@@ -218,27 +219,88 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
-// Enqueues kernel(args...) on stream; the caller reads the launch's error with sage_get_last_error().
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, sage_stream_t stream, bool overlap,
-            const Args&... args) {
+// ---- Thread block clusters (NVIDIA sm_90+ device code only) -------------------------------------------------
+#if !defined(SAGE_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SAGE_HAS_CLUSTERS 1
+// Split cluster barrier: arrive publishes this thread's earlier writes (release), wait blocks until every thread of
+// the cluster has arrived (acquire). Every thread of every block of the cluster must call both, in turn.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// The address of *p's twin in the shared memory of block `rank` of this cluster (a generic address).
+template <typename T>
+__device__ __forceinline__ const T* cluster_peer(const T* p, unsigned rank) {
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(out) : "l"(p), "r"(rank));
+  return reinterpret_cast<const T*>(out);
+}
+#else
+#define SAGE_HAS_CLUSTERS 0
+#endif
+
+// How launch() starts a kernel: overlapped (see above), and in clusters of `cluster` blocks along x (NVIDIA sm_90+;
+// grid.x must be a multiple of it; 1: no clusters).
+struct LaunchMode {
+  LaunchMode(bool overlap_, unsigned cluster_ = 1) : overlap(overlap_), cluster(cluster_) {}  // NOLINT: from a bool
+  bool overlap;
+  unsigned cluster;
+};
+
 #if !defined(SAGE_HIP)
-  if (overlap) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+// Whether kernel's image on the current device was compiled for sm_90 or newer. A build whose arch list lacks 9.0
+// but carries an older arch's PTX runs on a Hopper GPU through that PTX, without the griddepcontrol and cluster
+// instructions: its launches must not overlap or use clusters. Looked up once per kernel and device.
+template <auto kernel>
+bool compiled_for_sm90() {
+  static std::atomic<int> known[64];  // per device: 0 not looked up, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  int k = known[device].load(std::memory_order_relaxed);
+  if (k == 0) {
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)) != cudaSuccess) return false;
+    k = attr.ptxVersion >= 90 ? 1 : 2;
+    known[device].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+#endif
+
+// Enqueues kernel(args...) on stream; the caller reads the launch's error with sage_get_last_error(). mode.overlap
+// falls back to a plain launch where the image lacks the wait (compiled_for_sm90); mode.cluster > 1 needs an
+// image that has it (the caller checks compiled_for_sm90 before laying out the grid for clusters).
+template <auto kernel, typename... Args>
+void launch(dim3 grid, dim3 block, size_t smem, sage_stream_t stream, LaunchMode mode, const Args&... args) {
+#if !defined(SAGE_HIP)
+  if (mode.cluster > 1 || (mode.overlap && compiled_for_sm90<kernel>())) {
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (mode.overlap && compiled_for_sm90<kernel>()) {
+      attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (mode.cluster > 1) {
+      attr[n].id = cudaLaunchAttributeClusterDimension;
+      attr[n].val.clusterDim.x = mode.cluster;
+      attr[n].val.clusterDim.y = 1;
+      attr[n++].val.clusterDim.z = 1;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attr;
-    config.numAttrs = 1;
+    config.numAttrs = n;
     (void)cudaLaunchKernelEx(&config, kernel, args...);  // an error stays readable by sage_get_last_error()
     return;
   }
 #else
-  (void)overlap;
+  (void)mode;
 #endif
   kernel<<<grid, block, smem, stream>>>(args...);
 }

@@ -4,6 +4,10 @@
 //   smooth_k off: 1  (quant kernel; its grid covers the Q blocks, then the K blocks)
 //   smooth_k on : 2  (column-sum kernel -> float64 partial sums per (b, h, chunk) in the
 //                     workspace; then the same quant kernel, whose K blocks finish the mean)
+//                 1  on NVIDIA sm_90+ when a head has at most kClusterUnits K blocks (Dp <= 128):
+//                     each head's K blocks form one thread block cluster, which adds their
+//                     column sums (taken from the rows already in registers) through distributed
+//                     shared memory, so K is read once and no column-sum pass runs.
 // No memsets, no atomics: every output byte and scale is written by exactly one block.
 //
 // Quant kernel layout: one block = 128 token rows = one Q block (BLKQ) or two K blocks
@@ -41,6 +45,7 @@ constexpr int kColsumTargetBlocks = 320;  // enough loads in flight for the colu
 // waiting a memory latency, on the 40 blocks of a 1x40x1024 call, and key smoothing cost 17 us of its 89 (F19).
 constexpr int kColsumMinRows = 128;
 constexpr int kMaxChunks = 16;            // bounds the partials each K block re-reads (L2)
+constexpr int kClusterUnits = 8;          // K blocks of a head in one cluster (the portable cluster size)
 using quant::umax;  // the amax rule shared with the V quantization (quant_rules.h)
 
 struct alignas(16) U32x4 {
@@ -62,11 +67,14 @@ struct QuantArgs {
   int64_t q_sb, q_sh, q_sn, k_sb, k_sh, k_sn;
   int64_t q_len, k_len, q_len_pad, k_len_pad;
   uint32_t heads_q, heads_k;
-  uint32_t q_units;  // number of Q blocks in the grid; K blocks follow
+  uint32_t q_units;  // number of Q blocks in the grid
+  uint32_t k_first;  // the first K block: q_units, or q_units rounded up to kClusterUnits (cluster_mean)
   uint32_t q_units_per_head, k_units_per_head, k_scales_per_head;
+  uint32_t k_blocks_per_head;  // k_units_per_head, or kClusterUnits (cluster_mean: the rest idle)
   int head_dim, dp, cv_bits, chunks;
   float q_mult;
   int smooth_k;
+  int cluster_mean;  // the key mean from the head's cluster, not from partials
 };
 
 struct ColsumArgs {
@@ -176,6 +184,10 @@ template <bool BF16, bool VEC>
 __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const QuantArgs a) {
   alignas(16) __shared__ float s_mean[256];
   __shared__ uint32_t s_red[2][kMaxWarps];
+#if SAGE_HAS_CLUSTERS
+  __shared__ double s_colsum[kRowGroups][128];  // cluster_mean (Dp <= 128): one partial per row group and column
+  __shared__ double s_block_sum[128];                // the block's column sums, read by the whole cluster
+#endif
 
   compat::wait_for_previous_grid();
   const int tid = (int)threadIdx.x;
@@ -186,9 +198,13 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
   // blockIdx.x < 2^31 and per-head counts < 2^32: 32-bit index math is enough here;
   // everything that addresses memory below is 64-bit.
   uint32_t unit = blockIdx.x;
-  const bool is_k = unit >= a.q_units;
-  if (is_k) unit -= a.q_units;
-  const uint32_t units_per_head = is_k ? a.k_units_per_head : a.q_units_per_head;
+  const bool is_k = unit >= a.k_first;
+  if (is_k) {
+    unit -= a.k_first;
+  } else if (unit >= a.q_units) {
+    return;  // cluster_mean: padding before the first K block
+  }
+  const uint32_t units_per_head = is_k ? a.k_blocks_per_head : a.q_units_per_head;
   const uint32_t bh = unit / units_per_head;
   const uint32_t blk = unit - bh * units_per_head;
   const uint32_t heads = is_k ? a.heads_k : a.heads_q;
@@ -231,6 +247,49 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
   for (int j = 0; j < 8; ++j) nsub[j] = -0.0f;
   if (is_k) {
     mul = 1.0f;
+#if SAGE_HAS_CLUSTERS
+    if (VEC && a.cluster_mean) {  // (only with 16-byte loads: the scalar-load variant would spill)
+      // This block's column sums in float64 (each thread's rows in order, then the row groups in order), shared
+      // with the head's cluster; every block adds the cluster's in rank order. Exact for fp16 and ordinary bf16, as
+      // the column-sum kernel's (docs/SEMANTICS.md).
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {  // a column pair at a time: few float64 registers live (no spills at 64)
+        double acc0 = 0.0, acc1 = 0.0;
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          float f0, f1;
+          cvt2<BF16>(raw[i].v[w], f0, f1);  // rows past k_len and padding columns were loaded as 0
+          acc0 += (double)f0;
+          acc1 += (double)f1;
+        }
+        s_colsum[rg][d0 + 2 * w] = acc0;
+        s_colsum[rg][d0 + 2 * w + 1] = acc1;
+      }
+      __syncthreads();
+      if (tid < a.dp) {
+        double sum = 0.0;
+        for (int g = 0; g < kRowGroups; ++g) sum += s_colsum[g][tid];
+        s_block_sum[tid] = sum;
+      }
+      compat::cluster_arrive();
+      compat::cluster_wait();
+      if (tid < a.dp) {
+        double sum = 0.0;
+        for (unsigned r = 0; r < kClusterUnits; ++r) sum += *compat::cluster_peer(s_block_sum + tid, r);
+        const float m = tid < a.head_dim ? (float)(sum / (double)a.k_len) : 0.0f;
+        if (blk == 0 && tid < a.head_dim) a.k_mean[(int64_t)bh * a.head_dim + tid] = m;
+        s_mean[tid] = m;
+      }
+      compat::cluster_arrive();  // done reading the others' shared memory; each waits for all before it exits
+      __syncthreads();
+      if (blk >= a.k_units_per_head) {  // a head with fewer K blocks than the cluster: this one only added zeros
+        compat::cluster_wait();
+        return;
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) nsub[j] = -s_mean[d0 + j];
+    } else
+#endif
     if (a.smooth_k) {
       // Finish the mean from the column-sum kernel's partials, in chunk order.
       if (tid < a.dp) {
@@ -334,6 +393,9 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
     quantize_store<BF16, true>(raw, nsub, mul, s_lo, y_lo, pm_lo, keep_lo, s_hi, y_hi, pm_hi, keep_hi,
                                rows_real, rows_out, dst, dst_step);
   }
+#if SAGE_HAS_CLUSTERS
+  if (VEC && is_k && a.cluster_mean) compat::cluster_wait();  // the cluster has read this block's column sums
+#endif
 }
 
 // Float64 column sums of K over one chunk of tokens of one (b, h). Deterministic order:
@@ -431,10 +493,29 @@ bool params_ok(const QuantQKParams& p) {
   return true;
 }
 
+// The key mean from each head's cluster of K blocks (one launch, K read once) instead of the column-sum pass: where
+// clusters exist, a head has at most kClusterUnits K blocks, Dp <= 128, and the kernel runs with 16-byte loads.
+bool cluster_mean(const QuantQKParams& p) {
+  const int64_t k_uph = (p.k_len_pad + kUnitRows - 1) / kUnitRows;
+  return p.smooth_k && p.clusters && p.head_dim_pad <= 128 && p.k_len > 0 && p.batch > 0 && p.heads_k > 0 &&
+         k_uph <= kClusterUnits &&
+         vec_ok(p.q, p.q_stride_b, p.q_stride_h, p.q_stride_n, p.batch, p.heads_q, p.q_len) &&
+         vec_ok(p.k, p.k_stride_b, p.k_stride_h, p.k_stride_n, p.batch, p.heads_k, p.k_len);
+}
+
+// cluster_mean's code is in the kernel's image on this device (compat.h compiled_for_sm90).
+bool compiled_for_clusters() {
+#if defined(SAGE_HIP)
+  return false;
+#else
+  return compat::compiled_for_sm90<quant_qk_int8_kernel<false, true>>();
+#endif
+}
+
 }  // namespace
 
 int64_t quant_qk_int8_workspace_bytes(const QuantQKParams& p) {
-  if (!p.smooth_k || p.batch <= 0 || p.heads_k <= 0) return 0;
+  if (!p.smooth_k || p.batch <= 0 || p.heads_k <= 0 || (cluster_mean(p) && compiled_for_clusters())) return 0;
   return p.batch * p.heads_k * num_chunks(p) * p.head_dim_pad * (int64_t)sizeof(double);
 }
 
@@ -462,7 +543,13 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   const bool vk = vec_ok(p.k, p.k_stride_b, p.k_stride_h, p.k_stride_n, p.batch, p.heads_k, p.k_len);
 
   const int chunks = num_chunks(p);
-  if (p.smooth_k && bhk > 0) {
+  const bool by_cluster = cluster_mean(p) && compiled_for_clusters();
+  // cluster_mean: the K blocks start at a cluster boundary and each head takes a whole cluster.
+  const int64_t k_first = by_cluster ? (q_units + kClusterUnits - 1) / kClusterUnits * kClusterUnits : q_units;
+  const int64_t k_blocks = by_cluster ? bhk * kClusterUnits : k_units;
+  if (k_first + k_blocks > max_blocks) return (int)SAGE_ERROR_INVALID_VALUE;
+  if (p.smooth_k && bhk > 0 && by_cluster && p.k_mean == nullptr) return (int)SAGE_ERROR_INVALID_VALUE;
+  if (p.smooth_k && bhk > 0 && !by_cluster) {
     if (p.workspace == nullptr || p.k_mean == nullptr) return (int)SAGE_ERROR_INVALID_VALUE;
     if (bhk * chunks > max_blocks) return (int)SAGE_ERROR_INVALID_VALUE;
     ColsumArgs c;
@@ -482,7 +569,7 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
     const dim3 grid((unsigned)(bhk * chunks)), block(kColsumThreads);
     SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
       SAGE_BOOL_SWITCH(vk, kVec, [&] {
-        compat::launch(k_colsum_kernel<kBF16, kVec>, grid, block, 0, stream, p.overlap_launch, c);
+        compat::launch<k_colsum_kernel<kBF16, kVec>>(grid, block, 0, stream, p.overlap_launch, c);
       });
     });
     const sage_error_t err = sage_get_last_error();
@@ -512,8 +599,10 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   a.heads_q = (uint32_t)p.heads_q;
   a.heads_k = (uint32_t)p.heads_k;
   a.q_units = (uint32_t)q_units;
+  a.k_first = (uint32_t)k_first;
   a.q_units_per_head = (uint32_t)q_uph;
   a.k_units_per_head = (uint32_t)k_uph;
+  a.k_blocks_per_head = (uint32_t)(by_cluster ? kClusterUnits : k_uph);
   a.k_scales_per_head = (uint32_t)(p.k_len_pad / kBlockK);
   a.head_dim = (int)p.head_dim;
   a.dp = dp;
@@ -521,11 +610,13 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   a.chunks = chunks;
   a.q_mult = p.q_mult;
   a.smooth_k = p.smooth_k ? 1 : 0;
-  const dim3 grid((unsigned)(q_units + k_units)), block(threads);
+  a.cluster_mean = by_cluster ? 1 : 0;
+  const dim3 grid((unsigned)(k_first + k_blocks)), block(threads);
   const bool v = vq && vk;
+  const compat::LaunchMode mode(p.overlap_launch, by_cluster ? kClusterUnits : 1);
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
     SAGE_BOOL_SWITCH(v, kVec, [&] {
-      compat::launch(quant_qk_int8_kernel<kBF16, kVec>, grid, block, 0, stream, p.overlap_launch, a);
+      compat::launch<quant_qk_int8_kernel<kBF16, kVec>>(grid, block, 0, stream, mode, a);
     });
   });
   return (int)sage_get_last_error();

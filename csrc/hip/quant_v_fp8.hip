@@ -240,15 +240,15 @@ int launch_quant_v_fp8(const QuantVParams& p, void* stream_ptr) {
   const bool bf16 = p.dtype == InDtype::kBFloat16, vec = vec_ok(p);
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
     SAGE_BOOL_SWITCH(vec, kVec, [&] {
-      compat::launch(channel_amax_kernel<kBF16, kVec>, dim3((unsigned)(bh * chunks)), dim3(kThreads), 0, stream,
-                     p.overlap_launch, a);
+      compat::launch<channel_amax_kernel<kBF16, kVec>>(dim3((unsigned)(bh * chunks)), dim3(kThreads), 0, stream,
+                                                       p.overlap_launch, a);
     });
   });
   if (const sage_error_t err = sage_get_last_error(); err != SAGE_SUCCESS) return (int)err;
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
     SAGE_BOOL_SWITCH(vec, kVec, [&] {
-      compat::launch(quant_v_kernel<kBF16, kVec>, dim3((unsigned)(bh * tiles)), dim3(kThreads), 0, stream,
-                     p.overlap_launch, a);
+      compat::launch<quant_v_kernel<kBF16, kVec>>(dim3((unsigned)(bh * tiles)), dim3(kThreads), 0, stream,
+                                                  p.overlap_launch, a);
     });
   });
   return (int)sage_get_last_error();

@@ -405,8 +405,8 @@ int launch_row_tiles(const QKAttentionParams& p, const CUtensorMap& q_map, const
   if (err != cudaSuccess) return static_cast<int>(err);
   const dim3 grid(static_cast<unsigned>((p.qo_len + kCtaRows - 1) / kCtaRows), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
-  compat::launch(kernel, grid, dim3(kCtaThreads), kSmemBytes, stream, p.overlap_launch, q_map, k_map, v_map,
-                 make_kernel_args(p));
+  compat::launch<kernel>(grid, dim3(kCtaThreads), kSmemBytes, stream, p.overlap_launch, q_map, k_map, v_map,
+                         make_kernel_args(p));
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -334,11 +334,11 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
     const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
     const int hd = static_cast<int>(p.head_dim);
     if (d == 128) {
-      compat::launch(transpose_v_fp8_kernel<128>, grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
-                     p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
+      compat::launch<transpose_v_fp8_kernel<128>>(grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+                                                  p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     } else {
-      compat::launch(transpose_v_fp8_kernel<64>, grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
-                     p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
+      compat::launch<transpose_v_fp8_kernel<64>>(grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+                                                  p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     }
     if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
   } else {
