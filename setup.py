@@ -190,7 +190,7 @@ def extension(backend):
     os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")
     # On ROCm, CUDAExtension hipifies every source it is given, and the headers they include from their folder or
     # from include_dirs, writing rewritten copies beside them (csrc/hip/X.hip -> X_hip.hip, compat.h ->
-    # compat_hip.h with its launch macro rewritten; an X.cu would become X.hip, over the hand-written file).
+    # compat_hip.h with its kernel launches rewritten; an X.cu would become X.hip, over the hand-written file).
     # So it gets only csrc/ops/*.cpp (gpu_prologue.cpp needs it: c10/cuda -> c10/hip, written to
     # gpu_prologue_hip.cpp), and csrc/hip is added afterwards: BuildExtension sends the .hip files to hipcc as they
     # are, with --offload-arch for each PYTORCH_ROCM_ARCH entry, and hipify never reads or writes csrc/hip. The

@@ -262,8 +262,12 @@ bool compiled_for_sm90() {
   int k = known[device].load(std::memory_order_relaxed);
   if (k == 0) {
     cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)) != cudaSuccess) return false;
-    k = attr.ptxVersion >= 90 ? 1 : 2;
+    if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)) == cudaSuccess) {
+      k = attr.ptxVersion >= 90 ? 1 : 2;
+    } else {
+      (void)cudaGetLastError();  // e.g. no image for this GPU: the launch reports that itself, not a stale error
+      k = 2;
+    }
     known[device].store(k, std::memory_order_relaxed);
   }
   return k == 1;
