@@ -251,9 +251,9 @@ struct LaunchMode {
 };
 
 #if !defined(SAGE_HIP)
-// Whether kernel's image on the current device was compiled for sm_90 or newer. A build whose arch list lacks 9.0
-// but carries an older arch's PTX runs on a Hopper GPU through that PTX, without the griddepcontrol and cluster
-// instructions: its launches must not overlap or use clusters. Looked up once per kernel and device.
+// Whether kernel's image on the current device was compiled for sm_90 or newer: false on older GPUs, and also on a
+// Hopper GPU that runs an older arch's PTX (a build whose arch list lacks 9.0), which lacks the griddepcontrol and
+// cluster instructions. Only then may its launches overlap or use clusters. Looked up once per kernel and device.
 template <auto kernel>
 bool compiled_for_sm90() {
   static std::atomic<int> known[64];  // per device: 0 not looked up, 1 yes, 2 no
@@ -280,10 +280,11 @@ bool compiled_for_sm90() {
 template <auto kernel, typename... Args>
 void launch(dim3 grid, dim3 block, size_t smem, sage_stream_t stream, LaunchMode mode, const Args&... args) {
 #if !defined(SAGE_HIP)
-  if (mode.cluster > 1 || (mode.overlap && compiled_for_sm90<kernel>())) {
+  const bool overlap = mode.overlap && compiled_for_sm90<kernel>();
+  if (overlap || mode.cluster > 1) {
     cudaLaunchAttribute attr[2];
     unsigned n = 0;
-    if (mode.overlap && compiled_for_sm90<kernel>()) {
+    if (overlap) {
       attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }

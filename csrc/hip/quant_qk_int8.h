@@ -32,8 +32,7 @@ struct QuantQKParams {
   bool smooth_k;
   // Scratch for smooth_k: at least quant_qk_int8_workspace_bytes(*this) bytes, no initialisation needed.
   void* workspace;
-  bool overlap_launch;  // programmatic dependent launches (NVIDIA sm_90+ only; compat.h launch())
-  bool clusters;        // thread block clusters may be used (NVIDIA sm_90+ only): the key mean in one launch
+  bool overlap_launch;  // programmatic dependent launches where the GPU has them (NVIDIA sm_90+; compat.h launch())
 };
 
 // Bytes of scratch the launch needs (0 when smooth_k is off).

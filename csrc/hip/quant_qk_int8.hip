@@ -494,17 +494,15 @@ bool params_ok(const QuantQKParams& p) {
 }
 
 // The key mean from each head's cluster of K blocks (one launch, K read once) instead of the column-sum pass: where
-// clusters exist, a head has at most kClusterUnits K blocks, Dp <= 128, and the kernel runs with 16-byte loads.
+// the kernel's image on this device has the cluster code (NVIDIA sm_90+, compat.h compiled_for_sm90), a head has at
+// most kClusterUnits K blocks, Dp <= 128, and the kernel runs with 16-byte loads.
 bool cluster_mean(const QuantQKParams& p) {
   const int64_t k_uph = (p.k_len_pad + kUnitRows - 1) / kUnitRows;
-  return p.smooth_k && p.clusters && p.head_dim_pad <= 128 && p.k_len > 0 && p.batch > 0 && p.heads_k > 0 &&
-         k_uph <= kClusterUnits &&
-         vec_ok(p.q, p.q_stride_b, p.q_stride_h, p.q_stride_n, p.batch, p.heads_q, p.q_len) &&
-         vec_ok(p.k, p.k_stride_b, p.k_stride_h, p.k_stride_n, p.batch, p.heads_k, p.k_len);
-}
-
-// cluster_mean's code is in the kernel's image on this device (compat.h compiled_for_sm90).
-bool compiled_for_clusters() {
+  if (!p.smooth_k || p.head_dim_pad > 128 || p.k_len <= 0 || p.batch <= 0 || p.heads_k <= 0 || k_uph > kClusterUnits ||
+      !vec_ok(p.q, p.q_stride_b, p.q_stride_h, p.q_stride_n, p.batch, p.heads_q, p.q_len) ||
+      !vec_ok(p.k, p.k_stride_b, p.k_stride_h, p.k_stride_n, p.batch, p.heads_k, p.k_len)) {
+    return false;
+  }
 #if defined(SAGE_HIP)
   return false;
 #else
@@ -515,7 +513,7 @@ bool compiled_for_clusters() {
 }  // namespace
 
 int64_t quant_qk_int8_workspace_bytes(const QuantQKParams& p) {
-  if (!p.smooth_k || p.batch <= 0 || p.heads_k <= 0 || (cluster_mean(p) && compiled_for_clusters())) return 0;
+  if (!p.smooth_k || p.batch <= 0 || p.heads_k <= 0 || cluster_mean(p)) return 0;
   return p.batch * p.heads_k * num_chunks(p) * p.head_dim_pad * (int64_t)sizeof(double);
 }
 
@@ -543,12 +541,12 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   const bool vk = vec_ok(p.k, p.k_stride_b, p.k_stride_h, p.k_stride_n, p.batch, p.heads_k, p.k_len);
 
   const int chunks = num_chunks(p);
-  const bool by_cluster = cluster_mean(p) && compiled_for_clusters();
+  const bool by_cluster = cluster_mean(p);
   // cluster_mean: the K blocks start at a cluster boundary and each head takes a whole cluster.
   const int64_t k_first = by_cluster ? (q_units + kClusterUnits - 1) / kClusterUnits * kClusterUnits : q_units;
   const int64_t k_blocks = by_cluster ? bhk * kClusterUnits : k_units;
   if (k_first + k_blocks > max_blocks) return (int)SAGE_ERROR_INVALID_VALUE;
-  if (p.smooth_k && bhk > 0 && by_cluster && p.k_mean == nullptr) return (int)SAGE_ERROR_INVALID_VALUE;
+  if (by_cluster && p.k_mean == nullptr) return (int)SAGE_ERROR_INVALID_VALUE;
   if (p.smooth_k && bhk > 0 && !by_cluster) {
     if (p.workspace == nullptr || p.k_mean == nullptr) return (int)SAGE_ERROR_INVALID_VALUE;
     if (bhk * chunks > max_blocks) return (int)SAGE_ERROR_INVALID_VALUE;

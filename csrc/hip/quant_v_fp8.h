@@ -22,7 +22,7 @@ struct QuantVParams {
   int64_t head_dim_pad;  // head_dim rounded up to 64, 128 or 256 (the kernels' column tile)
   // Scratch: at least quant_v_fp8_workspace_bytes(*this) bytes, 4-byte aligned, no initialisation needed.
   void* workspace;
-  bool overlap_launch;  // programmatic dependent launches (NVIDIA sm_90+ only; compat.h launch())
+  bool overlap_launch;  // programmatic dependent launches where the GPU has them (NVIDIA sm_90+; compat.h launch())
 };
 
 // Bytes of scratch the launch needs.

@@ -82,12 +82,6 @@ inline void check_amd_arch(const c10::Device& device) {
 // (gcnArchName before ':'), read once per device. Raises, with the messages above, for a GPU torch_sage does not
 // run on. Defined in gpu_arch.cpp (it reads the CUDA runtime, which hipify rewrites there, not in this header).
 std::string device_arch(const c10::Device& device);
-
-// Whether the GPU of arch (device_arch's name) is NVIDIA compute capability 9.0 or newer: the prologue's kernels then
-// use programmatic dependent launches and thread block clusters (csrc/hip/compat.h).
-inline bool sm90_or_newer(const std::string& arch) {
-  return arch.rfind("sm_", 0) == 0 && arch.size() > 3 && std::stoi(arch.substr(3)) >= 90;
-}
 #endif  // !SAGE_ARCH_RULES_ONLY
 
 }  // namespace sage

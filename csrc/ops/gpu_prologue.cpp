@@ -84,8 +84,7 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
   p.head_dim_pad = r.q_int8.size(3);
   p.q_mult = q_multiplier(sm_scale);
   p.smooth_k = smooth_k;
-  p.overlap_launch = overlap_launches() && sm90_or_newer(arch);
-  p.clusters = sm90_or_newer(arch);
+  p.overlap_launch = overlap_launches();
   at::Tensor workspace;
   if (const int64_t bytes = quant_qk_int8_workspace_bytes(p)) {
     workspace = workspace_of(bytes, q);
@@ -133,7 +132,7 @@ QuantVOut quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
   p.out_stride_n = ho.stride_n;
   p.v_scale = v_scale.data_ptr<float>();
   p.head_dim_pad = padded_head_dim(hv.dim);
-  p.overlap_launch = overlap_launches() && sm90_or_newer(arch);
+  p.overlap_launch = overlap_launches();
   at::Tensor workspace;
   if (const int64_t bytes = quant_v_fp8_workspace_bytes(p)) {
     workspace = workspace_of(bytes, v);

@@ -63,7 +63,7 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.head_dim_pad = a.q_int8.size(3);
   p.causal = a.is_causal;
   p.schedule = pick_schedule(a, p.head_dim_pad, use);
-  p.overlap_launch = overlap_launches();  // sm_90 (gpu_arch.h sm90_or_newer)
+  p.overlap_launch = overlap_launches();
   at::Tensor workspace;
   if (a.fp8) {
     p.v_scale = a.v_scale->const_data_ptr<float>();

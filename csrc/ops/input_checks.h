@@ -35,7 +35,7 @@ enum class Sm90Use { kOff, kAuto, kForce, kForceWs };
 Sm90Use sm90_use();
 
 // SAGEATTN_SK1_OVERLAP: false for "0", true when unset, empty or "1"; any other value raises. Read at every call.
-// True lets the GPU kernels of a call start while the previous kernel finishes, where the GPU can (gpu_arch.h).
+// True lets the GPU kernels of a call start while the previous kernel finishes, where the GPU can (compat.h launch()).
 bool overlap_launches();
 
 // Validates every SAGEATTN_SK1_* variable, whatever the device (check_qkv calls it).
