@@ -110,6 +110,32 @@ def test_overlapped_launches_change_no_bit(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(overlapped, serial))
 
 
+def test_cuda_graph_replays_the_default_path_bit_for_bit():
+    """The default path (the HIP prologue, on sm_90+ overlapped launches and the key mean's cluster up to 1024 keys)
+    captured in a CUDA graph: each replay, on inputs rewritten in place, gives the bytes of an eager call."""
+    shapes = [(1000, 128, torch.bfloat16), (1500, 64, torch.float16)]  # the cluster key mean, the column-sum pass
+    for n, d, dt in shapes:
+        for mode in ("fp16", "fp8"):
+            q, k, v = make_qkv(1, 4, 2, n, n, d, dtype=dt, device="cuda", seed=n)
+            call = lambda: torch.ops.sage.attention_with_lse(q, k, v, "HND", True, None, True, mode)  # noqa: E731
+            call()  # warm-up outside the capture
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                call()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = call()
+            for seed in (1, 2):
+                for t, u in zip((q, k, v), make_qkv(1, 4, 2, n, n, d, dtype=dt, device="cuda", seed=seed)):
+                    t.copy_(u)
+                graph.replay()
+                torch.cuda.synchronize()
+                for got, want in zip(captured, call()):
+                    assert torch.equal(got, want), (n, d, mode, seed)
+
+
 def check_query_beyond_2_to_the_31_elements(run=lambda f: f()):
     """run(f) calls f (test_gpu_sm90.py passes one that also checks which kernel ran)."""
     b, h, n, d = 1, 40, 420000, 128

@@ -71,6 +71,25 @@ def test_v_quant_hip_triton_cpu_bit_identical(n, d, dtype, layout):
             identical(got, want, f"{impl} {name} differs from the CPU kernel's")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_v_quant_rounds_every_e4m3_tie_like_the_cpu_kernel(dtype):
+    """Every channel holds 448, so its scale is 1 and the quotients are V's own values: every finite e4m3 value, every
+    tie between two neighbours (subnormal ones included) and the 16-bit values just either side of each tie, with
+    both signs. The HIP kernel (on sm_89+ the hardware conversion) must give the CPU kernel's bytes."""
+    vals = torch.arange(0, 0x7f, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 0 .. 448
+    ties = ((vals[:-1] + vals[1:]) / 2).to(dtype)  # exact in both 16-bit types (4 significant bits)
+    bits = ties.view(torch.int16)
+    around = torch.cat([(bits - 1).view(dtype), (bits + 1).view(dtype)])
+    col = torch.cat([torch.tensor([448.0], dtype=dtype), vals.to(dtype), ties, around])
+    col = torch.cat([col, -col])
+    v = torch.stack([col.roll(c) for c in range(128)], dim=-1)[None, None]  # [1, 1, n, 128], every channel
+    assert v.shape[2] > 900
+    cpu = quant_v("cpu", v, "HND")
+    assert (cpu[1] == torch.tensor(1.0).view(torch.int32)).all()  # scale 1 in every channel
+    for got, want, name in zip(quant_v("hip", v.cuda(), "HND"), cpu, ("v_fp8", "v_scale")):
+        identical(got, want, f"hip {name} differs from the CPU kernel's")
+
+
 def test_v_quant_of_strided_views():
     """V as a slice of a fused QKV tensor, at an even and at an odd element offset (the element-wise path)."""
     for offset in (0, 1):
@@ -128,6 +147,23 @@ def test_hip_triton_cpu_bit_identical(n, d, dtype, layout, smooth_k):
     for a, b, c in zip(hip, tri, cpu):
         identical(a, c)
         identical(b, c)
+
+
+def test_key_mean_from_a_cluster_up_to_1024_keys():
+    """On sm_90+ (a build with sm_90 code) with smooth_k, a head of at most 1024 keys (8 K blocks of 128 rows) adds its
+    key mean inside one thread block cluster, and no column-sum pass runs; from 1025 keys the column-sum pass runs.
+    Both give the CPU kernel's bytes."""
+    if torch.version.hip or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread block clusters: NVIDIA sm_90 and newer")
+    for n, colsum in ((1024, False), (1025, True)):
+        q, k, _ = make_qkv(1, 4, 4, 300, n, 128, seed=n)
+        args = ("HND", 1 / math.sqrt(128), True)
+        cpu = torch.ops.sage.quant_qk_int8(q, k, *args)
+        qc, kc = q.cuda(), k.cuda()
+        names = kernel_names(lambda: prologue("hip", qc, kc, *args))
+        assert any("k_colsum_kernel" in x for x in names) == colsum, (n, names)
+        for a, c in zip(prologue("hip", qc, kc, *args), cpu):
+            identical(a, c)
 
 
 @pytest.mark.parametrize("d", [33, 80, 200])

@@ -1,6 +1,6 @@
 """One attention call, for a profiler to look at (docs/FINDINGS.md F21), after one warm-up call:
 ncu --clock-control none -k "regex:qk_int8_attention(_ws)?_kernel" -s 1 -c 1 --metrics ... \
-    python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal]
+    python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal] [--dtype bfloat16]
 With --kernels N it instead times N calls back to back (wall time, host included) and under torch.profiler, and
 prints each GPU kernel's time per call: where a call's time goes between the host, the prologue launches and the
 attention kernel."""
@@ -18,19 +18,21 @@ def main():
     p.add_argument("--sm90", help="SAGEATTN_SK1_SM90 for the call (unset: the default)")
     p.add_argument("--shape", default="1,40,8192,128", help="B,H,N,D")
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     p.add_argument("--kernels", type=int, default=0, help="calls to time per kernel (0: one call for ncu)")
     args = p.parse_args()
     if args.sm90 is not None:
         os.environ["SAGEATTN_SK1_SM90"] = args.sm90
     b, h, n, d = (int(x) for x in args.shape.split(","))
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=getattr(torch, args.dtype), generator=g) for _ in range(3))
     for _ in range(2):  # the first is the warm-up: profile the second (ncu -s 1 -c 1)
         torch_sage.attention(q, k, v, is_causal=args.causal, pv_mode=args.mode)
     torch.cuda.synchronize()
     if args.kernels > 0:
         print_kernel_times(lambda: torch_sage.attention(q, k, v, is_causal=args.causal, pv_mode=args.mode),
-                           args.kernels, f"{args.shape} causal={args.causal} mode={args.mode} sm90={args.sm90}")
+                           args.kernels, f"{args.shape} {args.dtype} causal={args.causal} mode={args.mode} "
+                           f"sm90={args.sm90}")
 
 
 def print_kernel_times(call, calls, title):

@@ -272,6 +272,39 @@ bool compiled_for_sm90() {
   }
   return k == 1;
 }
+
+// Whether one cluster of `cluster` blocks of kernel (`threads` a block, `smem` bytes of dynamic shared memory) can be
+// resident on the current device: an MPS or green-context partition may hold none, and the launch would fail. Call
+// it with the same shape every time: the answer is looked up once per kernel and device.
+template <auto kernel>
+bool cluster_fits(unsigned cluster, unsigned threads, size_t smem) {
+  static std::atomic<int> known[64];  // per device: 0 not looked up, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  int k = known[device].load(std::memory_order_relaxed);
+  if (k == 0) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(cluster);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) {
+      k = clusters > 0 ? 1 : 2;
+    } else {
+      (void)cudaGetLastError();  // not left pending for a later launch check
+      k = 2;
+    }
+    known[device].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
 #endif
 
 // Enqueues kernel(args...) on stream; the caller reads the launch's error with sage_get_last_error(). mode.overlap

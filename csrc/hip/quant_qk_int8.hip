@@ -297,7 +297,11 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
         if (tid < a.head_dim && a.k_len > 0) {
           const double* part = a.partials + (int64_t)bh * a.chunks * a.dp + tid;
           double s = 0.0;
-          for (int c = 0; c < a.chunks; ++c) s += part[(int64_t)c * a.dp];
+          if constexpr (VEC) {  // loads in batches (the scalar-load variant would spill at 64 registers)
+            s = quant::fold_chunks<8>(part, a.dp, a.chunks, s, [](double x, double y) { return x + y; });
+          } else {
+            for (int c = 0; c < a.chunks; ++c) s += part[(int64_t)c * a.dp];
+          }
           m = (float)(s / (double)a.k_len);
           // With one chunk the column-sum kernel already wrote k_mean.
           if (blk == 0 && a.chunks > 1) a.k_mean[(int64_t)bh * a.head_dim + tid] = m;
@@ -494,8 +498,9 @@ bool params_ok(const QuantQKParams& p) {
 }
 
 // The key mean from each head's cluster of K blocks (one launch, K read once) instead of the column-sum pass: where
-// the kernel's image on this device has the cluster code (NVIDIA sm_90+, compat.h compiled_for_sm90), a head has at
-// most kClusterUnits K blocks, Dp <= 128, and the kernel runs with 16-byte loads.
+// the kernel's image on this device has the cluster code (NVIDIA sm_90+, compat.h compiled_for_sm90) and the device
+// can place such a cluster (compat.h cluster_fits), a head has at most kClusterUnits K blocks, Dp <= 128, and the
+// kernel runs with 16-byte loads.
 bool cluster_mean(const QuantQKParams& p) {
   const int64_t k_uph = (p.k_len_pad + kUnitRows - 1) / kUnitRows;
   if (!p.smooth_k || p.head_dim_pad > 128 || p.k_len <= 0 || p.batch <= 0 || p.heads_k <= 0 || k_uph > kClusterUnits ||
@@ -506,7 +511,10 @@ bool cluster_mean(const QuantQKParams& p) {
 #if defined(SAGE_HIP)
   return false;
 #else
-  return compat::compiled_for_sm90<quant_qk_int8_kernel<false, true>>();
+  // The largest block the cluster path launches (Dp = 128) stands for every variant: the same register cap and
+  // static shared memory.
+  return compat::compiled_for_sm90<quant_qk_int8_kernel<false, true>>() &&
+         compat::cluster_fits<quant_qk_int8_kernel<false, true>>(kClusterUnits, 2 * 128, 0);
 #endif
 }
 

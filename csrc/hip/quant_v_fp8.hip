@@ -132,9 +132,8 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
   const uint32_t tile = blockIdx.x % (uint32_t)a.tiles, bh = blockIdx.x / (uint32_t)a.tiles;  // grid < 2^31
   const uint32_t b = bh / a.heads, h = bh % a.heads;
   if (tid < a.dp) {
-    uint32_t m = 0u;
-    const uint32_t* part = a.partials + (int64_t)bh * a.chunks * a.dp + tid;
-    for (int c = 0; c < a.chunks; ++c) m = umax(m, part[(int64_t)c * a.dp]);
+    const uint32_t m = quant::fold_chunks<8>(a.partials + (int64_t)bh * a.chunks * a.dp + tid, a.dp, a.chunks, 0u,
+                                          [](uint32_t x, uint32_t y) { return umax(x, y); });
     const float s = quant::bits_to_scale(m, kFp8Max);
     s_scale[tid] = s;
     if (tile == 0 && tid < a.head_dim) a.scale[(int64_t)bh * a.head_dim + tid] = s;
@@ -163,14 +162,15 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
 #pragma unroll
     for (int i = 0; i < kRowBatch; ++i) {
       if (i0 + i < n_rows) {
-        uint32_t e[4];
+        float y[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) e[j] = div[j].quantize(element<BF16>(raw[i], j));
+        for (int j = 0; j < 4; ++j) y[j] = div[j].quotient(element<BF16>(raw[i], j));
+        const uint32_t word = vquant::e4m3x4(y[0], y[1], y[2], y[3]);
         uint8_t* out = dst + i * ostep;
         if (VEC) {
-          *reinterpret_cast<uint32_t*>(out) = e[0] | (e[1] << 8) | (e[2] << 16) | (e[3] << 24);
+          *reinterpret_cast<uint32_t*>(out) = word;
         } else {
-          for (int j = 0; j < 4 && j < nvalid; ++j) out[j] = (uint8_t)e[j];
+          for (int j = 0; j < 4 && j < nvalid; ++j) out[j] = (uint8_t)(word >> (8 * j));
         }
       }
     }

@@ -38,14 +38,30 @@ struct ChannelDiv {
     }
     y = compat::frcp_rn(s);
   }
-  // The e4m3 bits of x / scale.
-  __device__ __forceinline__ uint32_t quantize(float x) const {
+  // clamp(x / scale, -448, 448), or +0 (stored as byte 0) where the channel is not kept.
+  __device__ __forceinline__ float quotient(float x) const {
     // div_rn gives +0 for x = -0: the quotient's sign is x's (s > 0), as in IEEE division.
     const uint32_t q = compat::bit_cast<uint32_t>(quant::div_rn(compat::fmul_rn(x, pm), s, y)) |
                        (compat::bit_cast<uint32_t>(x) & 0x80000000u);
-    return keep ? e4m3_bits(fminf(fmaxf(compat::bit_cast<float>(q), -kFp8Max), kFp8Max)) : 0u;
+    return keep ? fminf(fmaxf(compat::bit_cast<float>(q), -kFp8Max), kFp8Max) : 0.0f;
   }
+  // The e4m3 bits of x / scale.
+  __device__ __forceinline__ uint32_t quantize(float x) const { return e4m3_bits(quotient(x)); }
 };
+
+// Four quotients (|y| <= 448) as e4m3 bytes of one word, y0 in the low byte. NVIDIA sm_89+ converts two at a time
+// in hardware (cvt.rn.satfinite.e4m3x2.f32: nearest even, e4m3 subnormals, the same bits as e4m3_bits on this
+// range; test_gpu_prologue.py checks every tie); elsewhere, and in the host build of the tests, e4m3_bits.
+__device__ __forceinline__ uint32_t e4m3x4(float y0, float y1, float y2, float y3) {
+#if !defined(SAGE_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(y1), "f"(y0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(y3), "f"(y2));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+#else
+  return e4m3_bits(y0) | (e4m3_bits(y1) << 8) | (e4m3_bits(y2) << 16) | (e4m3_bits(y3) << 24);
+#endif
+}
 
 }  // namespace vquant
 }  // namespace sage
