@@ -297,11 +297,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kMaxThreads, 2) quant_qk_int8_kernel(const Qu
         if (tid < a.head_dim && a.k_len > 0) {
           const double* part = a.partials + (int64_t)bh * a.chunks * a.dp + tid;
           double s = 0.0;
-          if constexpr (VEC) {  // loads in batches (the scalar-load variant would spill at 64 registers)
-            s = quant::fold_chunks<8>(part, a.dp, a.chunks, s, [](double x, double y) { return x + y; });
-          } else {
-            for (int c = 0; c < a.chunks; ++c) s += part[(int64_t)c * a.dp];
-          }
+          for (int c = 0; c < a.chunks; ++c) s += part[(int64_t)c * a.dp];
           m = (float)(s / (double)a.k_len);
           // With one chunk the column-sum kernel already wrote k_mean.
           if (blk == 0 && a.chunks > 1) a.k_mean[(int64_t)bh * a.head_dim + tid] = m;

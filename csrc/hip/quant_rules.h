@@ -42,23 +42,5 @@ __device__ __forceinline__ float div_rn(float x, float s, float y) {
   return compat::fma_rn(r1, y, q1);
 }
 
-// The per-chunk partials of one column combined in chunk order, p[c * stride] for c < n: the loads go out kBatch at a
-// time, so a block waits about one memory latency per batch rather than one per chunk before it can quantize.
-template <int kBatch, typename T, typename Op>
-__device__ __forceinline__ T fold_chunks(const T* p, int64_t stride, int n, T acc, Op op) {
-  for (int c0 = 0; c0 < n; c0 += kBatch) {
-    T x[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (c0 + u < n) x[u] = p[static_cast<int64_t>(c0 + u) * stride];
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (c0 + u < n) acc = op(acc, x[u]);
-    }
-  }
-  return acc;
-}
-
 }  // namespace quant
 }  // namespace sage
