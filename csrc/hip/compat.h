@@ -251,26 +251,32 @@ struct LaunchMode {
 };
 
 #if !defined(SAGE_HIP)
-// Whether kernel's image on the current device was compiled for sm_90 or newer: false on older GPUs, and also on a
-// Hopper GPU that runs an older arch's PTX (a build whose arch list lacks 9.0), which lacks the griddepcontrol and
-// cluster instructions. Only then may its launches overlap or use clusters. Looked up once per kernel and device.
-template <auto kernel>
-bool compiled_for_sm90() {
-  static std::atomic<int> known[64];  // per device: 0 not looked up, 1 yes, 2 no
+// lookup()'s answer for the current device, asked once per device: `known` holds 0 (not asked), 1 (yes) or 2 (no).
+template <typename Lookup>
+bool once_per_device(std::atomic<int> (&known)[64], Lookup lookup) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
   int k = known[device].load(std::memory_order_relaxed);
   if (k == 0) {
-    cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)) == cudaSuccess) {
-      k = attr.ptxVersion >= 90 ? 1 : 2;
-    } else {
-      (void)cudaGetLastError();  // e.g. no image for this GPU: the launch reports that itself, not a stale error
-      k = 2;
-    }
+    k = lookup() ? 1 : 2;
     known[device].store(k, std::memory_order_relaxed);
   }
   return k == 1;
+}
+
+// Whether kernel's image on the current device was compiled for sm_90 or newer: false on older GPUs, and also on a
+// Hopper GPU that runs an older arch's PTX (a build whose arch list lacks 9.0), which lacks the griddepcontrol and
+// cluster instructions. Only then may its launches overlap or use clusters.
+template <auto kernel>
+bool compiled_for_sm90() {
+  static std::atomic<int> known[64];
+  return once_per_device(known, [] {
+    cudaFuncAttributes attr;
+    const void* fn = reinterpret_cast<const void*>(kernel);
+    if (cudaFuncGetAttributes(&attr, fn) == cudaSuccess) return attr.ptxVersion >= 90;
+    (void)cudaGetLastError();  // e.g. no image for this GPU: the launch reports that itself, not a stale error
+    return false;
+  });
 }
 
 // Whether one cluster of `cluster` blocks of kernel (`threads` a block, `smem` bytes of dynamic shared memory) can be
@@ -278,11 +284,8 @@ bool compiled_for_sm90() {
 // it with the same shape every time: the answer is looked up once per kernel and device.
 template <auto kernel>
 bool cluster_fits(unsigned cluster, unsigned threads, size_t smem) {
-  static std::atomic<int> known[64];  // per device: 0 not looked up, 1 yes, 2 no
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  int k = known[device].load(std::memory_order_relaxed);
-  if (k == 0) {
+  static std::atomic<int> known[64];
+  return once_per_device(known, [&] {
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = cluster;
@@ -295,15 +298,10 @@ bool cluster_fits(unsigned cluster, unsigned threads, size_t smem) {
     config.attrs = &attr;
     config.numAttrs = 1;
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) {
-      k = clusters > 0 ? 1 : 2;
-    } else {
-      (void)cudaGetLastError();  // not left pending for a later launch check
-      k = 2;
-    }
-    known[device].store(k, std::memory_order_relaxed);
-  }
-  return k == 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) return clusters > 0;
+    (void)cudaGetLastError();  // not left pending for a later launch check
+    return false;
+  });
 }
 #endif
 
