@@ -3,8 +3,9 @@ default mode (auto), with smooth_k=False (what key smoothing costs) and in the f
 hand-written kernel forced to each of its two schedules and with the precompiled Triton kernel), against
 F.scaled_dot_product_attention with the flash and cuDNN backends and, when installed, sageattention 1.0.6.
 Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy against float64 exact
-attention (first head, first 1024 queries); writes a CSV and a PNG plot. Short calls (256-1024 tokens) are timed
-one call at a time with the host included. Then the attention kernel alone, precompiled (C++ launch) against
+attention (first head, first 1024 queries); writes a CSV and a PNG plot. Long calls are timed one call between two
+CUDA events, short calls (256-1024 tokens) one call at a time with the host included; the "b2b" columns time 4 calls
+queued back to back between two events, per call. Then the attention kernel alone, precompiled (C++ launch) against
 Triton's JIT of the same source, and the first call in a fresh process with an empty Triton cache.
 
 python benchmarks/bench_attention.py [--out DIR] [--quick] [--methods sage-auto,sage-fp8]
@@ -31,6 +32,7 @@ SHAPES = [  # B, H, N, D, causal
     (1, 48, 17776, 64, False), (2, 10, 4096, 64, False), (1, 32, 8192, 128, True),
 ]
 SHORT = [(1, 40, n, 128, False) for n in (256, 512, 1024)]
+BACK_TO_BACK = 4  # calls queued between two events for the "b2b" columns
 
 
 @contextlib.contextmanager
@@ -145,7 +147,8 @@ def main():
         keep = tuple(args.methods.split(","))
         ms = {name: fn for name, fn in ms.items() if name.startswith(keep) or name == "sdpa-cudnn"}
     rows = []
-    header = f"{'B,H,N,D,causal':24s}{'method':>21s}{'ms':>10s}{'TOPS':>8s}{'/cuDNN':>8s}{'cosine':>10s}{'rel L1':>9s}"
+    header = (f"{'B,H,N,D,causal':24s}{'method':>21s}{'ms':>10s}{'TOPS':>8s}{'/cuDNN':>8s}{'cosine':>10s}{'rel L1':>9s}"
+              f"{'b2b ms':>10s}{'/cuDNN':>8s}")
     print(header)
     for shape in SHAPES + SHORT:
         b, h, n, d, causal = shape
@@ -158,18 +161,23 @@ def main():
         ref = exact_head(q, k, v, causal)
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         reps = 5 if args.quick else (200 if short else max(5, min(50, int(2e13 / flops))))
-        timed = {}
+        timed, b2b = {}, {}
         for name, fn in ms.items():
             call = lambda fn=fn: fn(q, k, v, causal)  # noqa: E731
             out = call()
             cos, l1 = accuracy(out, ref)
             timed[name] = (wall_ms if short else device_ms)(call, reps)
+            # The same call BACK_TO_BACK times between the events: a model's layers queue calls, and a lone call
+            # carries a fixed cost the queued ones do not (docs/FINDINGS.md F25).
+            b2b[name] = device_ms(lambda: [call() for _ in range(BACK_TO_BACK)], max(2, reps // 4)) / BACK_TO_BACK
             rows.append(dict(shape=f"{b},{h},{n},{d},{causal}", method=name, ms=timed[name],
-                             tops=flops / timed[name] / 1e9, cosine=cos, rel_l1=l1, short_call=short))
+                             tops=flops / timed[name] / 1e9, cosine=cos, rel_l1=l1, short_call=short,
+                             ms_back_to_back=b2b[name]))
         for r in rows[-len(ms):]:
             r["vs_cudnn"] = timed["sdpa-cudnn"] / r["ms"]
+            r["vs_cudnn_back_to_back"] = b2b["sdpa-cudnn"] / r["ms_back_to_back"]
             print(f"{r['shape']:24s}{r['method']:>21s}{r['ms']:10.3f}{r['tops']:8.0f}{r['vs_cudnn']:8.2f}"
-                  f"{r['cosine']:10.6f}{r['rel_l1']:9.5f}")
+                  f"{r['cosine']:10.6f}{r['rel_l1']:9.5f}{r['ms_back_to_back']:10.3f}{r['vs_cudnn_back_to_back']:8.2f}")
         del q, k, v
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; "
