@@ -3,7 +3,7 @@ ncu --clock-control none -k "regex:qk_int8_attention(_ws)?_kernel" -s 1 -c 1 --m
     python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal] [--dtype bfloat16]
 With --kernels N it instead times N calls back to back (wall time, host included) and under torch.profiler, and
 prints each GPU kernel's time per call: where a call's time goes between the host, the prologue launches and the
-attention kernel."""
+attention kernel; then the same N calls one at a time (each kernel's time and the GPU's span of a call)."""
 import argparse
 import os
 
@@ -57,6 +57,28 @@ def print_kernel_times(call, calls, title):
     print(f"{title}: {sum(times.values()):.1f} us of kernels a call, {wall_us:.1f} us a call back to back")
     for name, us in sorted(times.items(), key=lambda x: -x[1]):
         print(f"  {us:9.1f} us  {name[:110]}")
+    # The same calls one at a time, synchronized after each, as a benchmark's lone call runs (a lone fast call measured
+    # ~150 us above its kernels' sum, docs/FINDINGS.md F25): the GPU's span of a call (first kernel's start to the last
+    # one's end) against the kernels' sum shows gaps; each kernel's time against its queued time shows a slower kernel.
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+            torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    if len(kernels) % calls:
+        print(f"  one at a time: {len(kernels)} kernels in {calls} calls, not the same kernels each call")
+        return
+    per_call, spans, lone = len(kernels) // calls, [], {}
+    for c in range(calls):
+        ks = kernels[c * per_call:(c + 1) * per_call]
+        spans.append(max(e.time_range.end for e in ks) - ks[0].time_range.start)
+        for e in ks:
+            lone[e.name] = lone.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    print(f"  one at a time: {sum(lone.values()):.1f} us of kernels a call, the GPU's span of a call "
+          f"{sorted(spans)[calls // 2]:.1f} us (median)")
+    for name, us in sorted(lone.items(), key=lambda x: -x[1]):
+        print(f"  {us:9.1f} us  (queued {times.get(name, 0.0):.1f})  {name[:100]}")
 
 
 if __name__ == "__main__":
