@@ -169,7 +169,7 @@ def main():
             timed[name] = (wall_ms if short else device_ms)(call, reps)
             # The same call BACK_TO_BACK times between the events: a model's layers queue calls, and a lone call
             # carries a fixed cost the queued ones do not (docs/FINDINGS.md F25).
-            b2b[name] = device_ms(lambda: [call() for _ in range(BACK_TO_BACK)], max(2, reps // 4)) / BACK_TO_BACK
+            b2b[name] = device_ms(lambda: [call() for _ in range(BACK_TO_BACK)], max(3, reps // 4)) / BACK_TO_BACK
             rows.append(dict(shape=f"{b},{h},{n},{d},{causal}", method=name, ms=timed[name],
                              tops=flops / timed[name] / 1e9, cosine=cos, rel_l1=l1, short_call=short,
                              ms_back_to_back=b2b[name]))

@@ -88,6 +88,15 @@ def test_v_quant_rounds_every_e4m3_tie_like_the_cpu_kernel(dtype):
     assert (cpu[1] == torch.tensor(1.0).view(torch.int32)).all()  # scale 1 in every channel
     for got, want, name in zip(quant_v("hip", v.cuda(), "HND"), cpu, ("v_fp8", "v_scale")):
         identical(got, want, f"hip {name} differs from the CPU kernel's")
+    if dtype == torch.bfloat16:
+        # A scale near 1e19 (bfloat16 reaches that far): quotients of 1e-20 and less are float32 subnormals or
+        # underflow to 0, and must still round to e4m3 zero of the value's sign.
+        col = torch.cat([torch.tensor([4.48e21]), torch.logspace(-20, -38, 128)]).double()
+        v = (col[:, None] * torch.tensor([1.0, -1.0]).repeat(32)).to(dtype)[None, None].contiguous()  # [1, 1, 129, 64]
+        cpu = quant_v("cpu", v, "HND")
+        assert ((cpu[0][0, 0, 1:] & 0x7f) == 0).all() and (cpu[0][0, 0, 1:] == 0x80).any()
+        for got, want in zip(quant_v("hip", v.cuda(), "HND"), cpu):
+            identical(got, want, "hip differs from the CPU kernel on quotients below float32's normal range")
 
 
 def test_v_quant_of_strided_views():

@@ -66,12 +66,12 @@ def print_kernel_times(call, calls, title):
             torch.cuda.synchronize()
     kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                      key=lambda e: e.time_range.start)
-    if len(kernels) % calls:
+    per_call, spans, lone = len(kernels) // calls, [], {}
+    groups = [kernels[c * per_call:(c + 1) * per_call] for c in range(calls)]
+    if not kernels or len(kernels) % calls or any([e.name for e in ks] != [e.name for e in groups[0]] for ks in groups):
         print(f"  one at a time: {len(kernels)} kernels in {calls} calls, not the same kernels each call")
         return
-    per_call, spans, lone = len(kernels) // calls, [], {}
-    for c in range(calls):
-        ks = kernels[c * per_call:(c + 1) * per_call]
+    for ks in groups:
         spans.append(max(e.time_range.end for e in ks) - ks[0].time_range.start)
         for e in ks:
             lone[e.name] = lone.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
