@@ -150,6 +150,52 @@ def test_host_side_takes_and_refuses_calls(tmp_path):
                      "out is not aligned for pair stores|98304"]
 
 
+_DESC_PROGRAM = r"""
+#include <cstdio>
+#include "sm90/ptx.h"
+using namespace sage::sm90;
+int main() {
+  // Every 16-byte shared-memory address below 228 KiB (one CTA's shared memory on sm_90) and every step the tiles
+  // take (attention_parts.cuh: k-slices of 32 bytes, 16-key groups of 2048 bytes), with each operand's strides.
+  const uint32_t strides[3][2] = {{16, 1024}, {16, 512}, {128 * 128, 1024}};
+  const Swizzle swizzles[3] = {Swizzle::k128B, Swizzle::k64B, Swizzle::k128B};
+  long bad = 0, checked = 0;
+  for (int o = 0; o < 3; ++o) {
+    for (uint32_t addr = 0; addr < 228 * 1024; addr += 16) {
+      const uint64_t base = make_smem_desc(addr, strides[o][0], strides[o][1], swizzles[o]);
+      for (uint32_t step = 0; step < 8; ++step) {
+        for (const uint32_t bytes : {32 * step, 2048 * step}) {
+          if (addr + bytes >= 228 * 1024) continue;
+          ++checked;
+          if (desc_advance(base, bytes) != make_smem_desc(addr + bytes, strides[o][0], strides[o][1], swizzles[o])) {
+            ++bad;
+          }
+        }
+      }
+    }
+  }
+  std::printf("%ld %ld\n", checked, bad);
+}
+"""
+
+
+def test_descriptor_steps_equal_fresh_descriptors(tmp_path):
+    """The tiles step a wgmma operand's descriptor from one made per tile (ptx.h desc_advance): it must equal the
+    descriptor made from the stepped address, for every shared-memory address and step the kernels use."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    (tmp_path / "desc.cu").write_text(_DESC_PROGRAM)
+    exe = tmp_path / "desc"
+    res = subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{SRC.parent.parent}", str(tmp_path / "desc.cu"), "-o",
+                          str(exe)], capture_output=True, text=True)
+    if res.returncode != 0 and "cuda_runtime" in res.stderr and "No such file" in res.stderr:
+        pytest.skip("nvcc without CUDA headers")
+    assert res.returncode == 0, res.stderr[-3000:]
+    checked, bad = map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
+    assert checked > 500_000 and bad == 0
+
+
 def test_every_sm90_kernel_waits_for_the_previous_one_before_touching_memory(compiled, tmp_path):
     """The launches are programmatic dependent ones on sm_90 (csrc/hip/compat.h launch()): a kernel may start while
     the one before it finishes, so each must pass griddepcontrol.wait (SASS ACQBULK) before its first global load or

@@ -111,21 +111,23 @@ __device__ __forceinline__ uint64_t qk_desc(uint32_t addr) {
 // S = Q.K^T of one key block (wgmma m64n128k32 s32.s8.s8, both operands K-major in shared memory).
 template <int D>
 __device__ __forceinline__ void qk_tile(int32_t (&s)[kBlockN / 2], uint32_t q_addr, uint32_t k_addr) {
+  const uint64_t q_desc = qk_desc<D>(q_addr), k_desc = qk_desc<D>(k_addr);
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {  // 32 bytes of head_dim per wgmma, inside the swizzled row
-    wgmma_m64n128k32_s32_s8(s, qk_desc<D>(q_addr + kk * 32), qk_desc<D>(k_addr + kk * 32), kk > 0);
+    wgmma_m64n128k32_s32_s8(s, desc_advance(q_desc, kk * 32), desc_advance(k_desc, kk * 32), kk > 0);
   }
 }
 
 // Accurate mode: o += P.V, P in V's 16-bit type from registers (the S accumulator layout is the A-fragment layout).
 template <int D, bool BF16>
 __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[kBlockN / 4], uint32_t v_addr) {
+  // MN-major B: 64 head_dim values (128 bytes) per swizzle atom, the next 64 in the next box (LBO); 8-key groups
+  // 1024 bytes apart (SBO).
+  const uint64_t v_desc = make_smem_desc(v_addr, kBlockN * 128, 1024, Swizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {  // 16 keys per wgmma: two 8-row groups of 128 bytes
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-    // MN-major B: 64 head_dim values (128 bytes) per swizzle atom, the next 64 in the next box (LBO); 8-key groups
-    // 1024 bytes apart (SBO).
-    const uint64_t desc = make_smem_desc(v_addr + kk * 16 * 128, kBlockN * 128, 1024, Swizzle::k128B);
+    const uint64_t desc = desc_advance(v_desc, kk * 16 * 128);
     if constexpr (D == 128) {
       if constexpr (BF16) wgmma_m64n128k16_f32_bf16_rs(o, a, desc);
       else wgmma_m64n128k16_f32_f16_rs(o, a, desc);
@@ -141,10 +143,11 @@ __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[k
 // (transpose_v_fp8) so that register r of the A fragment holds the keys this thread's S accumulators hold.
 template <int D>
 __device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2], const uint32_t (&p)[kBlockN / 8], uint32_t vt_addr) {
+  const uint64_t vt_desc = make_smem_desc(vt_addr, 16, 1024, Swizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 32; ++kk) {
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-    const uint64_t desc = make_smem_desc(vt_addr + kk * 32, 16, 1024, Swizzle::k128B);
+    const uint64_t desc = desc_advance(vt_desc, kk * 32);
     if constexpr (D == 128) wgmma_m64n128k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
     else wgmma_m64n64k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
   }

@@ -119,14 +119,24 @@ enum class Swizzle : uint64_t { k128B = 1, k64B = 2, k32B = 3 };
 // in 16-byte units), swizzle mode. The tile's base must be aligned to the swizzle pattern's repeat (1024 bytes for
 // 128B, 512 for 64B) so that the TMA's swizzle and wgmma's agree; stepping the start address inside a swizzled
 // row (along K of a K-major operand) is how successive k-slices are addressed.
-__device__ __forceinline__ uint64_t make_smem_desc(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes,
-                                                   Swizzle swizzle) {
+// (Host code too: test/test_sm90_compile.py checks desc_advance against it on the CPU.)
+__host__ __device__ __forceinline__ uint64_t make_smem_desc(uint32_t addr, uint32_t leading_bytes,
+                                                            uint32_t stride_bytes, Swizzle swizzle) {
   uint64_t d = 0;
   d |= static_cast<uint64_t>((addr >> 4) & 0x3FFF);
   d |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
   d |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32;
   d |= static_cast<uint64_t>(swizzle) << 62;
   return d;
+}
+
+// make_smem_desc(addr + bytes, ...) from make_smem_desc(addr, ...), bytes a multiple of 16: one 32-bit add to the
+// address field, which holds addr >> 4 of a shared-memory address (below 256 KiB: it never carries out of its 14
+// bits). A tile's k-slices step from one descriptor made per tile, instead of each rebuilding its own (four
+// uniform-datapath instructions and a dependent chain before every wgmma).
+__host__ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4), hi = static_cast<uint32_t>(desc >> 32);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
 }  // namespace sm90
