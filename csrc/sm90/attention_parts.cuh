@@ -329,6 +329,17 @@ struct OnlineSoftmax {
   }
 };
 
+// Accurate mode: O *= alpha before block n's P.V adds into it. A warp whose rows all kept their maximum has
+// alpha = exp2(0) = 1 in each of them, and multiplying by 1 changes no bit: such a warp skips the multiplies (most
+// blocks of a long call, once the row maxima have settled).
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int r = 0; r < D / 2; ++r) o[r] *= alpha[(r / 2) % 2];  // register 4 j + 2 i + c holds row r0 + 8 i
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void store_pair(T* dst, float x, float y);
 template <>

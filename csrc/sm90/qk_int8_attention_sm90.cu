@@ -142,8 +142,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     const uint32_t v_addr = smem_addr(v_tiles + v_stage * T::kVBytes);
     float o_blk[FP8 ? D / 2 : 1];
     if constexpr (!FP8) {
-#pragma unroll
-      for (int r = 0; r < D / 2; ++r) o[r] *= alpha[(r / 2) % 2];  // register 4 j + 2 i + c holds row r0 + 8 i
+      rescale_o<D>(o, alpha);
     }
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);

@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
     } else {
-#pragma unroll
-      for (int r = 0; r < D / 2; ++r) o[r] *= alpha[(r / 2) % 2];  // register 4 j + 2 i + c holds row r0 + 8 i
+      rescale_o<D>(o, alpha);
     }
     softmax.pack(pf, p);
   }
