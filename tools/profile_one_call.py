@@ -60,26 +60,34 @@ def print_kernel_times(call, calls, title):
     # The same calls one at a time, synchronized after each, as a benchmark's lone call runs (a lone fast call measured
     # ~150 us above its kernels' sum, docs/FINDINGS.md F25): the GPU's span of a call (first kernel's start to the last
     # one's end) against the kernels' sum shows gaps; each kernel's time against its queued time shows a slower kernel.
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-            torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+    # Once after an idle GPU, once right after 2 ms of spinning on it (torch.cuda._sleep), which keeps its clocks up.
+    for label, before in (("after idle", None), ("after 2 ms busy", lambda: torch.cuda._sleep(4_000_000))):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                if before is not None:
+                    before()
+                call()
+                torch.cuda.synchronize()
+        print_lone_calls(prof, calls, times, label)
+
+
+def print_lone_calls(prof, calls, queued, label):
+    kernels = sorted((e for e in prof.events()
+                      if e.device_type == torch.autograd.DeviceType.CUDA and "spin_kernel" not in e.name),
                      key=lambda e: e.time_range.start)
     per_call, spans, lone = len(kernels) // calls, [], {}
     groups = [kernels[c * per_call:(c + 1) * per_call] for c in range(calls)]
     if not kernels or len(kernels) % calls or any([e.name for e in ks] != [e.name for e in groups[0]] for ks in groups):
-        print(f"  one at a time: {len(kernels)} kernels in {calls} calls, not the same kernels each call")
+        print(f"  one at a time, {label}: {len(kernels)} kernels in {calls} calls, not the same kernels each call")
         return
     for ks in groups:
         spans.append(max(e.time_range.end for e in ks) - ks[0].time_range.start)
         for e in ks:
             lone[e.name] = lone.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
-    print(f"  one at a time: {sum(lone.values()):.1f} us of kernels a call, the GPU's span of a call "
+    print(f"  one at a time, {label}: {sum(lone.values()):.1f} us of kernels a call, the GPU's span of a call "
           f"{sorted(spans)[calls // 2]:.1f} us (median)")
     for name, us in sorted(lone.items(), key=lambda x: -x[1]):
-        print(f"  {us:9.1f} us  (queued {times.get(name, 0.0):.1f})  {name[:100]}")
-
+        print(f"  {us:9.1f} us  (queued {queued.get(name, 0.0):.1f})  {name[:100]}")
 
 if __name__ == "__main__":
     main()
