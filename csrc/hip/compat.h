@@ -251,6 +251,16 @@ struct LaunchMode {
 };
 
 #if !defined(SAGE_HIP)
+// The launch attribute that groups blocks along x in clusters of n.
+inline cudaLaunchAttribute cluster_dimension(unsigned n) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = n;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 // lookup()'s answer for the current device, asked once per device: `known` holds 0 (not asked), 1 (yes) or 2 (no).
 template <typename Lookup>
 bool once_per_device(std::atomic<int> (&known)[64], Lookup lookup) {
@@ -286,11 +296,7 @@ template <auto kernel>
 bool cluster_fits(unsigned cluster, unsigned threads, size_t smem) {
   static std::atomic<int> known[64];
   return once_per_device(known, [&] {
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = cluster;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
+    cudaLaunchAttribute attr = cluster_dimension(cluster);
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(cluster);
     config.blockDim = dim3(threads);
@@ -319,12 +325,7 @@ void launch(dim3 grid, dim3 block, size_t smem, sage_stream_t stream, LaunchMode
       attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (mode.cluster > 1) {
-      attr[n].id = cudaLaunchAttributeClusterDimension;
-      attr[n].val.clusterDim.x = mode.cluster;
-      attr[n].val.clusterDim.y = 1;
-      attr[n++].val.clusterDim.z = 1;
-    }
+    if (mode.cluster > 1) attr[n++] = cluster_dimension(mode.cluster);
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;

@@ -493,13 +493,16 @@ bool params_ok(const QuantQKParams& p) {
   return true;
 }
 
+// Quant blocks of a head's keys: kUnitRows rows each, two K blocks (the last may hold only one).
+int64_t k_units_per_head(const QuantQKParams& p) { return (p.k_len_pad + kUnitRows - 1) / kUnitRows; }
+
 // The key mean from each head's cluster of K blocks (one launch, K read once) instead of the column-sum pass: where
 // the kernel's image on this device has the cluster code (NVIDIA sm_90+, compat.h compiled_for_sm90) and the device
 // can place such a cluster (compat.h cluster_fits), a head has at most kClusterUnits K blocks, Dp <= 128, and the
 // kernel runs with 16-byte loads.
 bool cluster_mean(const QuantQKParams& p) {
-  const int64_t k_uph = (p.k_len_pad + kUnitRows - 1) / kUnitRows;
-  if (!p.smooth_k || p.head_dim_pad > 128 || p.k_len <= 0 || p.batch <= 0 || p.heads_k <= 0 || k_uph > kClusterUnits ||
+  if (!p.smooth_k || p.head_dim_pad > 128 || p.k_len <= 0 || p.batch <= 0 || p.heads_k <= 0 ||
+      k_units_per_head(p) > kClusterUnits ||
       !vec_ok(p.q, p.q_stride_b, p.q_stride_h, p.q_stride_n, p.batch, p.heads_q, p.q_len) ||
       !vec_ok(p.k, p.k_stride_b, p.k_stride_h, p.k_stride_n, p.batch, p.heads_k, p.k_len)) {
     return false;
@@ -531,7 +534,7 @@ int launch_quant_qk_int8(const QuantQKParams& p, void* stream_ptr) {
   const int64_t bhq = p.batch * p.heads_q;
   const int64_t bhk = p.batch * p.heads_k;
   const int64_t q_uph = p.q_len_pad / kUnitRows;
-  const int64_t k_uph = (p.k_len_pad + kUnitRows - 1) / kUnitRows;
+  const int64_t k_uph = k_units_per_head(p);
   const int64_t q_units = bhq * q_uph;
   const int64_t k_units = bhk * k_uph;
   // Grid x is at most 2^31-1 (CUDA); HIP also needs grid*block < 2^32.
