@@ -129,20 +129,26 @@ int main() {
 """
 
 
-def test_host_side_takes_and_refuses_calls(tmp_path):
-    """qk_attention_unsupported / qk_attention_workspace_bytes are plain host code: run them without a GPU."""
+def _run_host_program(tmp_path, source, *args):
+    """Builds `source` (a CUDA C++ main) with nvcc and `args` (more sources and flags), runs it on the CPU and returns
+    its standard output; skips without nvcc or CUDA headers."""
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("no nvcc")
-    (tmp_path / "main.cu").write_text(_HOST_PROGRAM)
+    (tmp_path / "main.cu").write_text(source)
     exe = tmp_path / "main"
-    res = subprocess.run([nvcc, "-std=c++17", "-O1", "-gencode=arch=compute_90a,code=sm_90a", f"-I{SRC.parent}",
-                          str(tmp_path / "main.cu"), str(SRC), str(WS_SRC), "-o", str(exe)], capture_output=True,
-                         text=True)
+    res = subprocess.run([nvcc, "-std=c++17", "-O1", str(tmp_path / "main.cu"), *args, "-o", str(exe)],
+                         capture_output=True, text=True)
     if res.returncode != 0 and "cuda_runtime" in res.stderr and "No such file" in res.stderr:
         pytest.skip("nvcc without CUDA headers")
     assert res.returncode == 0, res.stderr[-3000:]
-    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+
+
+def test_host_side_takes_and_refuses_calls(tmp_path):
+    """qk_attention_unsupported / qk_attention_workspace_bytes are plain host code: run them without a GPU."""
+    lines = _run_host_program(tmp_path, _HOST_PROGRAM, "-gencode=arch=compute_90a,code=sm_90a", f"-I{SRC.parent}",
+                              str(SRC), str(WS_SRC)).splitlines()
     assert lines == ["ok|0", "padded head_dim is not 64 or 128|0", "head_dim is not a multiple of 8|0", "ok|0",
                      "v's strides are not TMA strides|0",
                      "v is not 16-byte aligned|0", "no keys or no queries|0", "fast mode buffers|98304",
@@ -182,17 +188,7 @@ int main() {
 def test_descriptor_steps_equal_fresh_descriptors(tmp_path):
     """The tiles step a wgmma operand's descriptor from one made per tile (ptx.h desc_advance): it must equal the
     descriptor made from the stepped address, for every shared-memory address and step the kernels use."""
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("no nvcc")
-    (tmp_path / "desc.cu").write_text(_DESC_PROGRAM)
-    exe = tmp_path / "desc"
-    res = subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{SRC.parent.parent}", str(tmp_path / "desc.cu"), "-o",
-                          str(exe)], capture_output=True, text=True)
-    if res.returncode != 0 and "cuda_runtime" in res.stderr and "No such file" in res.stderr:
-        pytest.skip("nvcc without CUDA headers")
-    assert res.returncode == 0, res.stderr[-3000:]
-    checked, bad = map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
+    checked, bad = map(int, _run_host_program(tmp_path, _DESC_PROGRAM, f"-I{SRC.parent.parent}").split())
     assert checked > 500_000 and bad == 0
 
 

@@ -50,10 +50,7 @@ def print_kernel_times(call, calls, title):
         for _ in range(calls):
             call()
         torch.cuda.synchronize()
-    times = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            times[e.name] = times.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    times = us_per_call(kernel_events(prof), calls)
     print(f"{title}: {sum(times.values()):.1f} us of kernels a call, {wall_us:.1f} us a call back to back")
     for name, us in sorted(times.items(), key=lambda x: -x[1]):
         print(f"  {us:9.1f} us  {name[:110]}")
@@ -71,23 +68,35 @@ def print_kernel_times(call, calls, title):
         print_lone_calls(prof, calls, times, label)
 
 
+def kernel_events(prof):
+    """The GPU kernels a profile saw, by start time (the spin of torch.cuda._sleep left out)."""
+    return sorted((e for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and "spin_kernel" not in e.name),
+                  key=lambda e: e.time_range.start)
+
+
+def us_per_call(kernels, calls):
+    """Each kernel's time per call, by name."""
+    times = {}
+    for e in kernels:
+        times[e.name] = times.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    return times
+
+
 def print_lone_calls(prof, calls, queued, label):
-    kernels = sorted((e for e in prof.events()
-                      if e.device_type == torch.autograd.DeviceType.CUDA and "spin_kernel" not in e.name),
-                     key=lambda e: e.time_range.start)
-    per_call, spans, lone = len(kernels) // calls, [], {}
+    kernels = kernel_events(prof)
+    per_call = len(kernels) // calls
     groups = [kernels[c * per_call:(c + 1) * per_call] for c in range(calls)]
     if not kernels or len(kernels) % calls or any([e.name for e in ks] != [e.name for e in groups[0]] for ks in groups):
         print(f"  one at a time, {label}: {len(kernels)} kernels in {calls} calls, not the same kernels each call")
         return
-    for ks in groups:
-        spans.append(max(e.time_range.end for e in ks) - ks[0].time_range.start)
-        for e in ks:
-            lone[e.name] = lone.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    spans = [max(e.time_range.end for e in ks) - ks[0].time_range.start for ks in groups]
+    lone = us_per_call(kernels, calls)
     print(f"  one at a time, {label}: {sum(lone.values()):.1f} us of kernels a call, the GPU's span of a call "
           f"{sorted(spans)[calls // 2]:.1f} us (median)")
     for name, us in sorted(lone.items(), key=lambda x: -x[1]):
         print(f"  {us:9.1f} us  (queued {queued.get(name, 0.0):.1f})  {name[:100]}")
+
 
 if __name__ == "__main__":
     main()
