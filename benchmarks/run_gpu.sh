@@ -9,7 +9,8 @@
 #   "--methods sage-auto,sage-triton" (bench_attention: those rows and cuDNN's only)
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
-# The whole suite (~550 s on the H200) and the build do not fit one 600 s call together. SAGE_SUITE_BG=1 runs the
+# With pytest-xdist carried in .whl/, SAGE_TESTS="-n 4 test" and the build fit one call (446 s, F27); without it
+# the whole suite (~550 s on the H200) and the build do not fit one 600 s call together. SAGE_SUITE_BG=1 runs the
 # test step in the background from a copy of the tree (/tmp/sage_suite: the next call re-copies the working tree,
 # and a suite running in it sees files vanish, docs/FINDINGS.md F22) and returns; a call made at once after it with
 # SAGE_SUITE_WAIT=1 (nothing else runs then) waits for the suite and brings its log back as gpu_tests.log.
@@ -37,9 +38,11 @@ TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install -v --no-build-isolat
 echo "build: $(( $(date +%s) - t0 )) s"
 if [ -n "${SAGE_SUITE_BG-}" ]; then
   rm -rf /tmp/sage_suite && cp -a . /tmp/sage_suite
+  # The subshell's own output redirected too: it waits for the suite, and a pipe it held (run_gpu.sh | tail) would
+  # keep the device call from returning (F27).
   (cd /tmp/sage_suite && PYTHONPATH=/tmp/sage_suite${PYTHONPATH:+:$PYTHONPATH} setsid nohup bash -c \
-    "python3 -m pytest -q -p no:cacheprovider ${SAGE_TESTS-test}; echo suite exit \$?" > /tmp/sage_suite.log 2>&1 \
-    < /dev/null &)
+    "python3 -m pytest -q -p no:cacheprovider ${SAGE_TESTS-test}; echo suite exit \$?") > /tmp/sage_suite.log 2>&1 \
+    < /dev/null &
   echo "suite started in /tmp/sage_suite; collect it with SAGE_SUITE_WAIT=1"
   exit 0
 fi

@@ -3,7 +3,9 @@ ncu --clock-control none -k "regex:qk_int8_attention(_ws)?_kernel" -s 1 -c 1 --m
     python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal] [--dtype bfloat16]
 With --kernels N it instead times N calls back to back (wall time, host included) and under torch.profiler, and
 prints each GPU kernel's time per call: where a call's time goes between the host, the prologue launches and the
-attention kernel; then the same N calls one at a time (each kernel's time and the GPU's span of a call)."""
+attention kernel; then the same N calls one at a time (each kernel's time and the GPU's span of a call); then the
+timeline of one call between two CUDA events as benchmarks/timing.py's device_ms times it (host runtime calls and
+GPU kernels, from the start event's record)."""
 import argparse
 import os
 
@@ -66,6 +68,47 @@ def print_kernel_times(call, calls, title):
                 call()
                 torch.cuda.synchronize()
         print_lone_calls(prof, calls, times, label)
+    print_event_timed_call(call, calls)
+
+
+def print_event_timed_call(call, calls):
+    """F27: one call between CUDA events measured ~200 us above the GPU's span of a lone call under the profiler, so
+    the time is spent before the first kernel or between kernels with the GPU waiting on the host. This prints, for
+    the call of median event time, when each runtime call was issued and when each kernel ran."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    elapsed = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with record_function("event_timed_call"):
+                s.record()
+                call()
+                e.record()
+                e.synchronize()
+            elapsed.append(s.elapsed_time(e) * 1e3)
+    rows = [(ev.time_range.start, ev.time_range.elapsed_us(), "gpu " if ev.device_type == DeviceType.CUDA else "host",
+             ev.name) for ev in prof.events()]
+    windows = sorted((start, start + us) for start, us, _, name in rows if name == "event_timed_call")
+    median = sorted(range(len(elapsed)), key=elapsed.__getitem__)[len(elapsed) // 2]
+    if len(windows) != len(elapsed):
+        print(f"  event-timed calls: {len(windows)} profiler windows for {len(elapsed)} calls")
+        return
+    print(f"  one call between CUDA events: {elapsed[median]:.1f} us by the events (median of {calls}); from the "
+          "start event's record, host calls and GPU kernels:")
+    for line in timeline_rows(rows, windows[median]):
+        print(line)
+
+
+def timeline_rows(rows, window):
+    """rows: (start us, duration us, "host" or "gpu ", name) on the profiler's one clock. The runtime API calls
+    (cuda*, cu*), the sage ops and the kernels that start inside window, from its first cudaEventRecord on."""
+    lo, hi = window
+    inside = sorted(r for r in rows if lo <= r[0] <= hi and r[3] != "event_timed_call" and
+                    (r[2] == "gpu " or r[3].startswith(("cuda", "cu", "sage::"))))
+    origin = next((r[0] for r in inside if r[3] == "cudaEventRecord"), lo)
+    return [f"    {side} {start - origin:+9.1f} us {us:8.1f} us  {name[:90]}" for start, us, side, name in inside]
 
 
 def kernel_events(prof):
