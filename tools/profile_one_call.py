@@ -103,10 +103,11 @@ def print_event_timed_call(call, calls):
 
 def timeline_rows(rows, window):
     """rows: (start us, duration us, "host" or "gpu ", name) on the profiler's one clock. The runtime API calls
-    (cuda*, cu*), the sage ops and the kernels that start inside window, from its first cudaEventRecord on."""
+    (cuda*, cu*), the sage and aten ops (nested ones too) and the kernels that start inside window, from its first
+    cudaEventRecord on."""
     lo, hi = window
     inside = sorted(r for r in rows if lo <= r[0] <= hi and r[3] != "event_timed_call" and
-                    (r[2] == "gpu " or r[3].startswith(("cuda", "cu", "sage::"))))
+                    (r[2] == "gpu " or r[3].startswith(("cuda", "cu", "sage::", "aten::"))))
     origin = next((r[0] for r in inside if r[3] == "cudaEventRecord"), lo)
     return [f"    {side} {start - origin:+9.1f} us {us:8.1f} us  {name[:90]}" for start, us, side, name in inside]
 
