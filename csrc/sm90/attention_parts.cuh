@@ -224,6 +224,32 @@ __device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kAlign - 1) / kAlign * kAlign);
 }
 
+// A CTA's start, shared by both schedules. Thread 0 prefetches the tensor maps and initialises the barriers: Q's
+// and each stage's "full" barriers (one arrival, the TMA thread's expect_tx) and, where the schedule has them
+// (Bars::kReleases > 0), each stage's "empty" barriers. Then every thread waits for the prologue's grid and for
+// thread 0.
+template <typename Bars>
+__device__ __forceinline__ void start_cta(Bars* bars, const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                          const CUtensorMap* v_map) {
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(q_map);
+    prefetch_tensor_map(k_map);
+    prefetch_tensor_map(v_map);
+    mbar_init(&bars->q_full, 1);
+    for (int s = 0; s < Bars::kStages; ++s) {
+      mbar_init(&bars->k_full[s], 1);
+      mbar_init(&bars->v_full[s], 1);
+      if constexpr (Bars::kReleases > 0) {
+        mbar_init(&bars->k_empty[s], Bars::kReleases);
+        mbar_init(&bars->v_empty[s], Bars::kReleases);
+      }
+    }
+    fence_barrier_init();
+  }
+  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
+  __syncthreads();
+}
+
 // The online softmax of the rows a thread holds (row and row + 8 of its warpgroup's tile), one key block at a time.
 // Thread (warp w of the warpgroup, lane) holds rows 16 w + lane / 4 and + 8; of each 8 columns, the pair
 // 2 (lane % 4) + {0, 1}. Accumulator register 4 j + 2 i + c: row + 8 i, column 8 j + 2 (lane % 4) + c.

@@ -39,6 +39,7 @@ struct Smem {
 };
 
 struct Barriers {
+  static constexpr int kStages = sm90::kStages, kReleases = 0;  // no "empty" barriers: __syncthreads frees a stage
   uint64_t q_full;
   uint64_t k_full[kStages];
   uint64_t v_full[kStages];
@@ -67,19 +68,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
-  if (tid == 0) {
-    prefetch_tensor_map(&q_map);
-    prefetch_tensor_map(&k_map);
-    prefetch_tensor_map(&v_map);
-    mbar_init(&bars->q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&bars->k_full[s], 1);
-      mbar_init(&bars->v_full[s], 1);
-    }
-    fence_barrier_init();
-  }
-  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
-  __syncthreads();
+  start_cta(bars, &q_map, &k_map, &v_map);
   if (tid == 0) {
     mbar_arrive_expect_tx(&bars->q_full, T::kQBytes);
     tma_load_3d(smem + L::kQ, &q_map, &bars->q_full, 0, m0, bh);

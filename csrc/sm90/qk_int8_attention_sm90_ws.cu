@@ -41,6 +41,7 @@ struct WsSmem {
 };
 
 struct WsBarriers {
+  static constexpr int kStages = kWsStages, kReleases = sm90::kReleases;
   uint64_t q_full;
   uint64_t k_full[kWsStages], k_empty[kWsStages];
   uint64_t v_full[kWsStages], v_empty[kWsStages];
@@ -68,21 +69,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
-  if (tid == 0) {
-    prefetch_tensor_map(&q_map);
-    prefetch_tensor_map(&k_map);
-    prefetch_tensor_map(&v_map);
-    mbar_init(&bars->q_full, 1);
-    for (int s = 0; s < kWsStages; ++s) {
-      mbar_init(&bars->k_full[s], 1);
-      mbar_init(&bars->v_full[s], 1);
-      mbar_init(&bars->k_empty[s], kReleases);
-      mbar_init(&bars->v_empty[s], kReleases);
-    }
-    fence_barrier_init();
-  }
-  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
-  __syncthreads();
+  start_cta(bars, &q_map, &k_map, &v_map);
 
   if (wg == 0) {
     // ---- producer ----
