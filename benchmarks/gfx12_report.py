@@ -11,7 +11,7 @@ into an issue. The procedure around it: docs/GFX1200-TESTING.md.
 4. accuracy: sage (fp16 and fp8 P.V) and SDPA against float64 exact attention, with the bounds of
    docs/SEMANTICS.md;
 5. speed: sage and SDPA (torch's default backend) on a few shapes: median GPU time, and the first call's wall
-   time (it includes compiling the Triton kernels).
+   time (compiling nothing where the build precompiled the kernels).
 
 On a machine without an AMD GPU it prints the environment and "no AMD GPU" (exit code 0); --any-gpu runs the
 report on another GPU (an NVIDIA one) anyway. --smoke runs steps 3-5 on the CPU with tiny shapes: a test of this

@@ -35,7 +35,7 @@ struct QuantQKParams {
   bool overlap_launch;  // programmatic dependent launches where the GPU has them (NVIDIA sm_90+; compat.h launch())
 };
 
-// Bytes of scratch the launch needs (0 when smooth_k is off).
+// Bytes of scratch the launch needs (0 when smooth_k is off or each head's cluster takes the key mean).
 int64_t quant_qk_int8_workspace_bytes(const QuantQKParams& p);
 
 // Enqueues the prologue on `stream` (a cudaStream_t / hipStream_t). Returns 0 or the runtime's error code.

@@ -4,7 +4,8 @@
 //   smooth_k off: 1  (quant kernel; its grid covers the Q blocks, then the K blocks)
 //   smooth_k on : 2  (column-sum kernel -> float64 partial sums per (b, h, chunk) in the
 //                     workspace; then the same quant kernel, whose K blocks finish the mean)
-//                 1  on NVIDIA sm_90+ when a head has at most kClusterUnits K blocks (Dp <= 128):
+//                 1  on NVIDIA sm_90+ when a head has at most kClusterUnits quant blocks (1024 keys),
+//                     Dp <= 128, q and k in 16-byte units and the cluster fits the GPU (cluster_mean):
 //                     each head's K blocks form one thread block cluster, which adds their
 //                     column sums (taken from the rows already in registers) through distributed
 //                     shared memory, so K is read once and no column-sum pass runs.
@@ -45,7 +46,7 @@ constexpr int kColsumTargetBlocks = 320;  // enough loads in flight for the colu
 // waiting a memory latency, on the 40 blocks of a 1x40x1024 call, and key smoothing cost 17 us of its 89 (F19).
 constexpr int kColsumMinRows = 128;
 constexpr int kMaxChunks = 16;            // bounds the partials each K block re-reads (L2)
-constexpr int kClusterUnits = 8;          // K blocks of a head in one cluster (the portable cluster size)
+constexpr int kClusterUnits = 8;          // quant blocks of a head's keys in one cluster (portable cluster size)
 using quant::umax;  // the amax rule shared with the V quantization (quant_rules.h)
 
 struct alignas(16) U32x4 {
@@ -498,8 +499,8 @@ int64_t k_units_per_head(const QuantQKParams& p) { return (p.k_len_pad + kUnitRo
 
 // The key mean from each head's cluster of K blocks (one launch, K read once) instead of the column-sum pass: where
 // the kernel's image on this device has the cluster code (NVIDIA sm_90+, compat.h compiled_for_sm90) and the device
-// can place such a cluster (compat.h cluster_fits), a head has at most kClusterUnits K blocks, Dp <= 128, and the
-// kernel runs with 16-byte loads.
+// can place such a cluster (compat.h cluster_fits), a head's keys fill at most kClusterUnits quant blocks, Dp <= 128,
+// and the kernel runs with 16-byte loads.
 bool cluster_mean(const QuantQKParams& p) {
   if (!p.smooth_k || p.head_dim_pad > 128 || p.k_len <= 0 || p.batch <= 0 || p.heads_k <= 0 ||
       k_units_per_head(p) > kClusterUnits ||
