@@ -7,6 +7,8 @@
 #   SAGE_TESTS   pytest selection (default: test, the whole suite, as README's test command runs it; "" for none),
 #   SAGE_BENCHES (default: bench_prologue bench_attention); SAGE_BENCH_ARGS, more arguments for each, e.g.
 #   "--methods sage-auto,sage-triton" (bench_attention: those rows and cuDNN's only)
+#   SAGE_PROFILES ';'-separated argument lists for tools/profile_one_call.py, each run after the tests (default: none),
+#   e.g. "--shape 1,32,8192,128 --causal --mode fp8 --kernels 20; --shape 1,40,1024,128 --kernels 50"
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
 # With pytest-xdist carried in .whl/, SAGE_TESTS="-n 4 test" and the build fit one call (446 s, F27); without it
@@ -51,6 +53,12 @@ if [ -n "${SAGE_TESTS-test}" ]; then
   echo "tests exit: $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -30
 fi
 grep -E "^torch_sage setup:" "$OUT/build.log"
+IFS=';' read -ra profiles <<< "${SAGE_PROFILES-}"
+for args in "${profiles[@]}"; do
+  [ -n "${args// }" ] || continue
+  echo "== profile_one_call.py $args" | tee -a "$OUT/profiles.txt"
+  timeout "$STEP" python3 tools/profile_one_call.py $args 2>&1 | grep -v -i warn | tee -a "$OUT/profiles.txt"
+done
 for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
   timeout "$STEP" python3 "benchmarks/$b.py" --out "$OUT" ${SAGE_BENCH_ARGS-} > "$OUT/$b.log" 2>&1; echo "$b exit: $?"; cat "$OUT/$b.log"
 done

@@ -1,6 +1,7 @@
 """One attention call, for a profiler to look at (docs/FINDINGS.md F21), after one warm-up call:
 ncu --clock-control none -k "regex:qk_int8_attention(_ws)?_kernel" -s 1 -c 1 --metrics ... \
-    python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--shape B,H,N,D] [--causal] [--dtype bfloat16]
+    python tools/profile_one_call.py [--mode auto|fp8] [--sm90 1|ws|0] [--overlap 0|1] [--shape B,H,N,D] [--causal]
+    [--dtype bfloat16]
 With --kernels N it instead times N calls back to back (wall time, host included) and under torch.profiler, and
 prints each GPU kernel's time per call: where a call's time goes between the host, the prologue launches and the
 attention kernel; then the same N calls one at a time (each kernel's time and the GPU's span of a call); then the
@@ -18,13 +19,16 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mode", default="auto", help="pv_mode")
     p.add_argument("--sm90", help="SAGEATTN_SK1_SM90 for the call (unset: the default)")
+    p.add_argument("--overlap", help="SAGEATTN_SK1_OVERLAP for the call (0: per-kernel times without the waits that "
+                   "overlapped launches put inside kernels; unset: the default)")
     p.add_argument("--shape", default="1,40,8192,128", help="B,H,N,D")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     p.add_argument("--kernels", type=int, default=0, help="calls to time per kernel (0: one call for ncu)")
     args = p.parse_args()
-    if args.sm90 is not None:
-        os.environ["SAGEATTN_SK1_SM90"] = args.sm90
+    for name, value in (("SAGEATTN_SK1_SM90", args.sm90), ("SAGEATTN_SK1_OVERLAP", args.overlap)):
+        if value is not None:
+            os.environ[name] = value
     b, h, n, d = (int(x) for x in args.shape.split(","))
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=getattr(torch, args.dtype), generator=g) for _ in range(3))
