@@ -139,6 +139,17 @@ __device__ __forceinline__ uint32_t chunks_amax(const uint32_t* __restrict__ p, 
   return m;
 }
 
+// A batch of up to kRowBatch rows of this thread's quad, row i at p + i * step, rows at or past n zero (no load).
+template <bool VEC>
+__device__ __forceinline__ void load_rows(U32x2 (&raw)[kRowBatch], const uint16_t* __restrict__ p, int64_t step,
+                                          int n, int nvalid) {
+#pragma unroll
+  for (int i = 0; i < kRowBatch; ++i) {
+    raw[i].v[0] = raw[i].v[1] = 0u;
+    if (i < n) raw[i] = load_quad<VEC>(p + i * step, nvalid);
+  }
+}
+
 template <bool BF16, bool VEC>
 __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
   __shared__ float s_scale[kThreads];
@@ -146,6 +157,21 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
   const int tid = (int)threadIdx.x;
   const uint32_t tile = blockIdx.x % (uint32_t)a.tiles, bh = blockIdx.x / (uint32_t)a.tiles;  // grid < 2^31
   const uint32_t b = bh / a.heads, h = bh % a.heads;
+  const int quads = a.dp / 4, groups = kThreads / quads, rows = kTileRows / groups;
+  const int rg = tid / quads, c0 = 4 * (tid % quads);
+  const int nvalid = a.head_dim - c0;
+  const int64_t row0 = (int64_t)tile * kTileRows + rg;
+  const int64_t left = a.tokens - row0;  // this thread's rows: row0, row0 + groups, ... below tokens
+  int n_rows = left <= 0 ? 0 : (int)(left < (int64_t)rows * groups ? (left + groups - 1) / groups : rows);
+  if (nvalid <= 0) n_rows = 0;  // padding columns: nothing to load or store
+  const uint16_t* __restrict__ src = a.v + (int64_t)b * a.sb + (int64_t)h * a.sh + row0 * a.sn + c0;
+  uint8_t* __restrict__ dst = a.out + (int64_t)b * a.ob + (int64_t)h * a.oh + row0 * a.on + c0;
+  const int64_t step = (int64_t)groups * a.sn, ostep = (int64_t)groups * a.on;
+  // The first batch's loads go out before the channel scales are read, so that they are in flight while the block
+  // waits for the chunks' maxima (the Q/K kernel loads its rows before the key mean the same way).
+  U32x2 raw[kRowBatch];
+  load_rows<VEC>(raw, src, step, n_rows, nvalid);
+
   if (tid < a.dp) {
     const uint32_t m = chunks_amax(a.partials + (int64_t)bh * a.chunks * a.dp + tid, a.dp, a.chunks);
     const float s = quant::bits_to_scale(m, kFp8Max);
@@ -153,26 +179,11 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
     if (tile == 0 && tid < a.head_dim) a.scale[(int64_t)bh * a.head_dim + tid] = s;
   }
   __syncthreads();
-
-  const int quads = a.dp / 4, groups = kThreads / quads, rows = kTileRows / groups;
-  const int rg = tid / quads, c0 = 4 * (tid % quads);
-  const int nvalid = a.head_dim - c0;
-  if (nvalid <= 0) return;
-  const int64_t row0 = (int64_t)tile * kTileRows + rg;
-  const int64_t left = a.tokens - row0;  // this thread's rows: row0, row0 + groups, ... below tokens
-  const int n_rows = left <= 0 ? 0 : (int)(left < (int64_t)rows * groups ? (left + groups - 1) / groups : rows);
-  const uint16_t* __restrict__ src = a.v + (int64_t)b * a.sb + (int64_t)h * a.sh + row0 * a.sn + c0;
-  uint8_t* __restrict__ dst = a.out + (int64_t)b * a.ob + (int64_t)h * a.oh + row0 * a.on + c0;
-  const int64_t step = (int64_t)groups * a.sn, ostep = (int64_t)groups * a.on;
+  if (n_rows == 0) return;
   vquant::ChannelDiv div[4] = {vquant::ChannelDiv(s_scale[c0]), vquant::ChannelDiv(s_scale[c0 + 1]),
                                vquant::ChannelDiv(s_scale[c0 + 2]), vquant::ChannelDiv(s_scale[c0 + 3])};
   for (int i0 = 0; i0 < n_rows; i0 += kRowBatch, src += kRowBatch * step, dst += kRowBatch * ostep) {
-    U32x2 raw[kRowBatch];
-#pragma unroll
-    for (int i = 0; i < kRowBatch; ++i) {  // the batch's loads first
-      raw[i].v[0] = raw[i].v[1] = 0u;
-      if (i0 + i < n_rows) raw[i] = load_quad<VEC>(src + i * step, nvalid);
-    }
+    if (i0 > 0) load_rows<VEC>(raw, src, step, n_rows - i0, nvalid);
 #pragma unroll
     for (int i = 0; i < kRowBatch; ++i) {
       if (i0 + i < n_rows) {
