@@ -3,7 +3,8 @@
 // registers a thread and 74 KiB of shared memory) and four at 64 (kCtasPerSm), whose softmax and wgmma interleave;
 // thread 0 issues every TMA load. K tiles of kBlockN = 128 keys in a two-stage ring, V in two stages or one
 // (Smem), each stage with its own "full" mbarrier, so that Q.K^T of a block starts as soon as its K has landed; a
-// stage is refilled once every warp is past the wgmma that read it. Loads (the producer part) and math (the consumer part) are separate functions.
+// stage is refilled once every warp is past the wgmma that read it. Loads (the producer part) and math (the
+// consumer part) are separate functions.
 //
 // Per key block: S = Q.K^T on wgmma m64n128k32 s32.s8.s8 (both operands K-major in shared memory), scaled by the
 // block's q and k scales; online softmax in base 2 (row statistics in float32, rows shared by the 4 lanes of a
