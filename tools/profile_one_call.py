@@ -101,8 +101,9 @@ def print_event_timed_call(call, calls):
     if len(windows) != len(elapsed):
         print(f"  event-timed calls: {len(windows)} profiler windows for {len(elapsed)} calls")
         return
-    print(f"  one call between CUDA events: {unprofiled:.1f} us without the profiler, {elapsed[median]:.1f} us under it "
-          f"(medians of {calls}); the latter's call, from the start event's record, host calls and GPU kernels:")
+    print(f"  one call between CUDA events: {unprofiled:.1f} us without the profiler, {elapsed[median]:.1f} us "
+          f"under it (medians of {calls}); the latter's call, from the start event's record, host calls and GPU "
+          "kernels:")
     for line in timeline_rows(rows, windows[median]):
         print(line)
 
