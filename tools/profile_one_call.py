@@ -9,10 +9,15 @@ timeline of one call between two CUDA events as benchmarks/timing.py's device_ms
 GPU kernels, from the start event's record)."""
 import argparse
 import os
+import sys
+from pathlib import Path
 
 import torch
 
 import torch_sage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from timing import device_ms  # noqa: E402  (the benchmarks' timer, so that the lone calls are timed as theirs are)
 
 
 def main():
@@ -76,9 +81,10 @@ def print_kernel_times(call, calls, title):
 
 
 def print_event_timed_call(call, calls):
-    """F27: one call between CUDA events measured ~200 us above the GPU's span of a lone call under the profiler, so
-    the time is spent before the first kernel or between kernels with the GPU waiting on the host. This prints, for
-    the call of median event time, when each runtime call was issued and when each kernel ran."""
+    """F27: one call between CUDA events (benchmarks/timing.py device_ms, as bench_attention times the long rows)
+    measured ~200 us above the GPU's span of a lone call under the profiler. This prints the same calls' event time
+    without and with the profiler and, for the profiled call of median event time, when each runtime call and aten
+    op was issued and when each kernel ran."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -91,7 +97,7 @@ def print_event_timed_call(call, calls):
             e.synchronize()
         return s.elapsed_time(e) * 1e3
 
-    unprofiled = sorted(timed_call() for _ in range(calls))[calls // 2]  # does the profiler change the gap?
+    unprofiled = device_ms(call, calls) * 1e3  # does the profiler change the gap?
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         elapsed = [timed_call() for _ in range(calls)]
     rows = [(ev.time_range.start, ev.time_range.elapsed_us(), "gpu " if ev.device_type == DeviceType.CUDA else "host",
