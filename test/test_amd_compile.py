@@ -123,13 +123,14 @@ def kernel_descriptors(hsaco, tmp):
 
 
 def kernel_name(symbol):
-    """(name, bool template arguments) of a mangled sage kernel, e.g. ("quant_qk_int8_kernel", (True, False))."""
+    """(name, bool template arguments) of a mangled sage kernel, e.g. ("quant_qk_int8_kernel", (True, False)); int
+    template arguments after them (quant_v_kernel's VT) are left out."""
     m = re.match(r"_ZN4sage(?:12_GLOBAL__N_1)?(\d+)", symbol)
     assert m, f"not a sage kernel: {symbol}"
     start = m.end()
     name = symbol[start:start + int(m.group(1))]
     rest = symbol[start + len(name):]
-    flags = re.match(r"I((?:Lb[01]E)+)E", rest)
+    flags = re.match(r"I((?:Lb[01]E)+)(?:Li\d+E)*E", rest)
     return name, tuple(f == "1" for f in re.findall(r"Lb([01])E", flags.group(1))) if flags else ()
 
 

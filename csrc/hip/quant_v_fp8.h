@@ -18,6 +18,10 @@ struct QuantVParams {
   // v_scale [batch, heads, head_dim] contiguous.
   uint8_t* v_fp8;
   int64_t out_stride_b, out_stride_h, out_stride_n;
+  // Or, when v_t is set (v_fp8 and its strides are then not used), the Hopper kernel's V^T layout there
+  // (vt_layout.h: [batch * heads][head_dim_pad][vt::vt_tokens(tokens)], 16-byte aligned; head_dim_pad 64 or 128):
+  // the same bytes transposed, zero past tokens and head_dim. sage::attention's fast mode on sm_90 (csrc/ops).
+  uint8_t* v_t;
   float* v_scale;
   int64_t head_dim_pad;  // head_dim rounded up to 64, 128 or 256 (the kernels' column tile)
   // Scratch: at least quant_v_fp8_workspace_bytes(*this) bytes, 4-byte aligned, no initialisation needed.
@@ -28,7 +32,8 @@ struct QuantVParams {
 // Bytes of scratch the launch needs.
 int64_t quant_v_fp8_workspace_bytes(const QuantVParams& p);
 
-// Enqueues the two kernels (per-chunk channel amax, then quantize) on `stream` (a cudaStream_t / hipStream_t).
+// Enqueues the two kernels (per-chunk channel amax, then quantize into v_fp8 or v_t) on `stream` (a cudaStream_t /
+// hipStream_t).
 // Returns 0 or the runtime's error code.
 int launch_quant_v_fp8(const QuantVParams& p, void* stream);
 

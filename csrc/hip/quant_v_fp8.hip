@@ -7,7 +7,9 @@
 //     and NaN sorts above +inf, so "amax >= inf bits" means a non-finite value was seen.
 //   quant_v_kernel: block (b*h, tile of 64 tokens) finishes the amax over the chunks, v_scale = RN(amax / 448)
 //     (NaN for a non-finite channel; the head's first tile stores it), and stores
-//     e4m3(clamp(v / v_scale, -448, 448)) rounded to nearest even, 0 where v_scale is not > 0.
+//     e4m3(clamp(v / v_scale, -448, 448)) rounded to nearest even, 0 where v_scale is not > 0: into v_fp8, or (VT,
+//     QuantVParams::v_t) into a shared tile that vt::store_tile writes out as the Hopper kernel's V^T, whose padding
+//     tiles past the tokens get zeros from blocks of their own.
 // Both kernels: 256 threads = (1024 / Dp) row groups x (Dp / 4) column quads. A thread owns 4 consecutive channels:
 // one 8-byte load and one 4-byte store per row when V is aligned for it (VEC), element by element otherwise.
 #if defined(__HIP__)
@@ -23,6 +25,7 @@
 #include "quant_rules.h"
 #include "quant_v_fp8.h"
 #include "quant_v_fp8_math.h"
+#include "vt_layout.h"
 
 namespace sage {
 namespace {
@@ -42,7 +45,8 @@ struct alignas(8) U32x2 {
 
 struct VArgs {
   const uint16_t* v;
-  uint8_t* out;
+  uint8_t* out;   // v_fp8, or V^T (VT)
+  int64_t vt_tokens;  // VT: the V^T rows' length
   float* scale;
   uint32_t* partials;
   int64_t sb, sh, sn, ob, oh, on;
@@ -150,9 +154,12 @@ __device__ __forceinline__ void load_rows(U32x2 (&raw)[kRowBatch], const uint16_
   }
 }
 
-template <bool BF16, bool VEC>
+// VT = 0: into v_fp8; VT = 64 or 128 (the padded head_dim): into the Hopper kernel's V^T (vt_layout.h).
+template <bool BF16, bool VEC, int VT>
 __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
+  static_assert(VT == 0 || (kThreads == vt::kThreads && kTileRows == vt::kTileTokens), "a block stores one V^T tile");
   __shared__ float s_scale[kThreads];
+  __shared__ __align__(16) uint8_t s_tile[VT ? kTileRows * vt::kRow<VT> : 4];  // VT: e4m3 [token][channel]
   compat::wait_for_previous_grid();
   const int tid = (int)threadIdx.x;
   const uint32_t tile = blockIdx.x % (uint32_t)a.tiles, bh = blockIdx.x / (uint32_t)a.tiles;  // grid < 2^31
@@ -163,7 +170,7 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
   const int64_t row0 = (int64_t)tile * kTileRows + rg;
   const int64_t left = a.tokens - row0;  // this thread's rows: row0, row0 + groups, ... below tokens
   int n_rows = left <= 0 ? 0 : (int)(left < (int64_t)rows * groups ? (left + groups - 1) / groups : rows);
-  if (nvalid <= 0) n_rows = 0;  // padding columns: nothing to load or store
+  if (nvalid <= 0) n_rows = 0;  // padding columns: nothing to load (VT: zeros to store)
   const uint16_t* __restrict__ src = a.v + (int64_t)b * a.sb + (int64_t)h * a.sh + row0 * a.sn + c0;
   uint8_t* __restrict__ dst = a.out + (int64_t)b * a.ob + (int64_t)h * a.oh + row0 * a.on + c0;
   const int64_t step = (int64_t)groups * a.sn, ostep = (int64_t)groups * a.on;
@@ -179,25 +186,38 @@ __global__ void SAGE_LAUNCH_BOUNDS(kThreads, 3) quant_v_kernel(const VArgs a) {
     if (tile == 0 && tid < a.head_dim) a.scale[(int64_t)bh * a.head_dim + tid] = s;
   }
   __syncthreads();
-  if (n_rows == 0) return;
+  if (!VT && n_rows == 0) return;
   vquant::ChannelDiv div[4] = {vquant::ChannelDiv(s_scale[c0]), vquant::ChannelDiv(s_scale[c0 + 1]),
                                vquant::ChannelDiv(s_scale[c0 + 2]), vquant::ChannelDiv(s_scale[c0 + 3])};
-  for (int i0 = 0; i0 < n_rows; i0 += kRowBatch, src += kRowBatch * step, dst += kRowBatch * ostep) {
+  // VT: every row of the tile is stored, zeros past n_rows.
+  const int end = VT ? rows : n_rows;
+  for (int i0 = 0; i0 < end; i0 += kRowBatch, src += kRowBatch * step, dst += kRowBatch * ostep) {
     if (i0 > 0) load_rows<VEC>(raw, src, step, n_rows - i0, nvalid);
 #pragma unroll
     for (int i = 0; i < kRowBatch; ++i) {
+      if (i0 + i >= end) continue;
+      uint32_t word = 0u;
       if (i0 + i < n_rows) {
         float y[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) y[j] = div[j].quotient(element<BF16>(raw[i], j));
-        const uint32_t word = vquant::e4m3x4(y[0], y[1], y[2], y[3]);
-        uint8_t* out = dst + i * ostep;
-        if (VEC) {
-          *reinterpret_cast<uint32_t*>(out) = word;
-        } else {
-          for (int j = 0; j < 4 && j < nvalid; ++j) out[j] = (uint8_t)(word >> (8 * j));
-        }
+        word = vquant::e4m3x4(y[0], y[1], y[2], y[3]);
       }
+      if constexpr (VT != 0) {
+        if (nvalid < 4) word &= nvalid <= 0 ? 0u : (1u << (8 * nvalid)) - 1u;  // zero past head_dim
+        *reinterpret_cast<uint32_t*>(s_tile + (rg + (i0 + i) * groups) * vt::kRow<VT> + c0) = word;
+      } else if (VEC) {
+        *reinterpret_cast<uint32_t*>(dst + i * ostep) = word;
+      } else {
+        uint8_t* out = dst + i * ostep;
+        for (int j = 0; j < 4 && j < nvalid; ++j) out[j] = (uint8_t)(word >> (8 * j));
+      }
+    }
+  }
+  if constexpr (VT != 0) {
+    __syncthreads();
+    if ((int64_t)tile * kTileRows < a.vt_tokens) {  // no tokens: the one block only stores v_scale
+      vt::store_tile<VT>(s_tile, a.out + (int64_t)bh * VT * a.vt_tokens + (int64_t)tile * kTileRows, a.vt_tokens);
     }
   }
 }
@@ -212,11 +232,11 @@ int num_chunks(const QuantVParams& p) {
 // 8-byte loads and 4-byte stores need whole quads (head_dim % 4 == 0) and the bases and every stride that is
 // actually used on 4 elements.
 bool vec_ok(const QuantVParams& p) {
-  if (p.head_dim % 4 != 0) return false;
-  if (reinterpret_cast<uintptr_t>(p.v) % 8 != 0 || reinterpret_cast<uintptr_t>(p.v_fp8) % 4 != 0) return false;
+  if (p.head_dim % 4 != 0 || reinterpret_cast<uintptr_t>(p.v) % 8 != 0) return false;
   const auto used = [](int64_t stride, int64_t count) { return count <= 1 || stride % 4 == 0; };
-  return used(p.stride_b, p.batch) && used(p.stride_h, p.heads) && used(p.stride_n, p.tokens) &&
-         used(p.out_stride_b, p.batch) && used(p.out_stride_h, p.heads) && used(p.out_stride_n, p.tokens);
+  if (!used(p.stride_b, p.batch) || !used(p.stride_h, p.heads) || !used(p.stride_n, p.tokens)) return false;
+  return p.v_t != nullptr || (reinterpret_cast<uintptr_t>(p.v_fp8) % 4 == 0 && used(p.out_stride_b, p.batch) &&
+                              used(p.out_stride_h, p.heads) && used(p.out_stride_n, p.tokens));
 }
 
 }  // namespace
@@ -234,8 +254,17 @@ int launch_quant_v_fp8(const QuantVParams& p, void* stream_ptr) {
   const int64_t bh = p.batch * p.heads;
   if (bh == 0) return 0;
   if (p.workspace == nullptr || p.heads > UINT32_MAX) return (int)SAGE_ERROR_INVALID_VALUE;
+  // V^T is for the Hopper kernel: NVIDIA builds only, whose kernels alone are instantiated for it.
+#if defined(SAGE_HIP)
+  if (p.v_t != nullptr) return (int)SAGE_ERROR_INVALID_VALUE;
+#endif
+  if (p.v_t != nullptr && ((dp != 64 && dp != 128) || reinterpret_cast<uintptr_t>(p.v_t) % 16 != 0)) {
+    return (int)SAGE_ERROR_INVALID_VALUE;
+  }
   const int chunks = num_chunks(p);
-  const int64_t tiles = std::max<int64_t>(1, (p.tokens + kTileRows - 1) / kTileRows);  // one tile stores v_scale
+  // One tile stores v_scale; V^T's tiles reach its padded length, past the tokens too (zeros).
+  const int64_t tiles = p.v_t != nullptr ? std::max<int64_t>(1, vt::vt_tokens(p.tokens) / kTileRows)
+                                         : std::max<int64_t>(1, (p.tokens + kTileRows - 1) / kTileRows);
   // Grid x is at most 2^31-1 (CUDA); HIP also needs grid*block < 2^32.
 #if defined(SAGE_HIP)
   const int64_t max_blocks = (int64_t)UINT32_MAX / kThreads;
@@ -246,7 +275,8 @@ int launch_quant_v_fp8(const QuantVParams& p, void* stream_ptr) {
   const sage_stream_t stream = (sage_stream_t)stream_ptr;
   VArgs a;
   a.v = static_cast<const uint16_t*>(p.v);
-  a.out = p.v_fp8;
+  a.out = p.v_t != nullptr ? p.v_t : p.v_fp8;
+  a.vt_tokens = vt::vt_tokens(p.tokens);
   a.scale = p.v_scale;
   a.partials = static_cast<uint32_t*>(p.workspace);
   a.sb = p.stride_b;
@@ -270,10 +300,21 @@ int launch_quant_v_fp8(const QuantVParams& p, void* stream_ptr) {
     });
   });
   if (const sage_error_t err = sage_get_last_error(); err != SAGE_SUCCESS) return (int)err;
+  [[maybe_unused]] const int vt_dp = p.v_t == nullptr ? 0 : (int)dp;  // V^T's head_dim (NVIDIA builds)
+  const dim3 grid((unsigned)(bh * tiles)), block(kThreads);
   SAGE_BOOL_SWITCH(bf16, kBF16, [&] {
     SAGE_BOOL_SWITCH(vec, kVec, [&] {
-      compat::launch<quant_v_kernel<kBF16, kVec>>(dim3((unsigned)(bh * tiles)), dim3(kThreads), 0, stream,
-                                                  p.overlap_launch, a);
+#if !defined(SAGE_HIP)
+      if (vt_dp == 128) {
+        compat::launch<quant_v_kernel<kBF16, kVec, 128>>(grid, block, 0, stream, p.overlap_launch, a);
+        return;
+      }
+      if (vt_dp == 64) {
+        compat::launch<quant_v_kernel<kBF16, kVec, 64>>(grid, block, 0, stream, p.overlap_launch, a);
+        return;
+      }
+#endif
+      compat::launch<quant_v_kernel<kBF16, kVec, 0>>(grid, block, 0, stream, p.overlap_launch, a);
     });
   });
   return (int)sage_get_last_error();

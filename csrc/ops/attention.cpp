@@ -1,5 +1,6 @@
 // sage::attention and sage::attention_with_lse: input checks, then prologue -> (V quantization) -> kernel,
-// each step through the dispatcher so every device runs its own kernels.
+// each step through the dispatcher so every device runs its own kernels; on sm_90 the fast mode's last two steps
+// are one (gpu_sm90_attention.h: the V quantization writes the Hopper kernel's own V layout).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -8,6 +9,9 @@
 #include "qk_attention_args.h"
 #include "input_checks.h"
 #include "prologue_outputs.h"
+#if defined(SAGE_WITH_SM90)
+#include "gpu_sm90_attention.h"
+#endif
 
 namespace sage {
 
@@ -122,18 +126,21 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
                                bool, at::ScalarType)>();
 
   auto [q_int8, q_scale, k_int8, k_scale, k_mean] = quant_qk.call(q16, k16, layout, scale, smooth_k);
-  at::Tensor v_in;
-  std::optional<at::Tensor> v_scale;
-  if (mode == PvMode::kFp8) {
-    auto [v8, vs] = quant_v.call(v16, layout);
-    v_in = v8;
-    v_scale = vs;
-  } else {
-    v_in = v16;  // P is rounded to V's 16-bit type: bfloat16 keeps V's range (docs/SEMANTICS.md)
-  }
   const int64_t qo_len = head_view(q, hnd).tokens, kv_len = head_view(k, hnd).tokens;
-  auto [out, lse] = kernel.call(q_int8, q_scale, k_int8, k_scale, v_in, v_scale, c10::SymInt(qo_len), layout,
-                                is_causal, out_dtype);
+  std::optional<std::tuple<at::Tensor, at::Tensor>> result;
+#if defined(SAGE_WITH_SM90)
+  if (mode == PvMode::kFp8) {
+    result = try_sm90_fast_attention(q_int8, q_scale, k_int8, k_scale, v16, qo_len, layout, is_causal, out_dtype);
+  }
+#endif
+  if (!result) {
+    at::Tensor v_in = v16;  // P is rounded to V's 16-bit type: bfloat16 keeps V's range (docs/SEMANTICS.md)
+    std::optional<at::Tensor> v_scale;
+    if (mode == PvMode::kFp8) std::tie(v_in, v_scale) = quant_v.call(v16, layout);
+    result = kernel.call(q_int8, q_scale, k_int8, k_scale, v_in, v_scale, c10::SymInt(qo_len), layout, is_causal,
+                        out_dtype);
+  }
+  auto [out, lse] = *result;
   if (want_lse && smooth_k && kv_len > 0 && lse.numel() > 0) {
     // softmax ignores the subtracted key mean, lse does not: add back sm_scale * q . k_mean.
     const at::Tensor q_hnd = hnd ? q : q.transpose(1, 2);

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "gpu_prologue.h"
 #include "input_checks.h"
 #include "gpu_arch.h"
 #include "prologue_outputs.h"
@@ -42,10 +43,6 @@ bool triton_takes_call(int err, [[maybe_unused]] const std::string& arch, const 
 #endif
   TORCH_CHECK(err == 0, op, ": kernel launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   return false;
-}
-
-at::Tensor workspace_of(int64_t bytes, const at::Tensor& like) {
-  return at::empty({(bytes + 7) / 8}, like.options().dtype(at::kDouble));  // 8-byte aligned
 }
 
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
@@ -112,11 +109,30 @@ QuantVOut quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
   check_input(v, "v", /*allow_fp32=*/false);
   if (use_triton_prologue()) return triton_quant_v(v, layout);
   const c10::cuda::CUDAGuard guard(v.device());
-  const HeadView hv = head_view(v, hnd);
   at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));
-  at::Tensor v_scale = at::empty({hv.batch, hv.heads, hv.dim}, v.options().dtype(at::kFloat));
   const HeadView ho = head_view(v_fp8, hnd);
-  QuantVParams p{};
+  QuantV q = quant_v_params(v, hnd);
+  q.p.v_fp8 = static_cast<uint8_t*>(v_fp8.data_ptr());
+  q.p.out_stride_b = ho.stride_b;
+  q.p.out_stride_h = ho.stride_h;
+  q.p.out_stride_n = ho.stride_n;
+  const int err = launch_quant_v_fp8(q.p, c10::cuda::getCurrentCUDAStream().stream());
+  if (triton_takes_call(err, arch, "sage::quant_v_fp8")) return triton_quant_v(v, layout);
+  return {v_fp8, q.v_scale};
+}
+
+}  // namespace
+
+at::Tensor workspace_of(int64_t bytes, const at::Tensor& like) {
+  return at::empty({(bytes + 7) / 8}, like.options().dtype(at::kDouble));  // 8-byte aligned
+}
+
+QuantV quant_v_params(const at::Tensor& v, bool hnd) {
+  const HeadView hv = head_view(v, hnd);
+  QuantV q;
+  q.v_scale = at::empty({hv.batch, hv.heads, hv.dim}, v.options().dtype(at::kFloat));
+  QuantVParams& p = q.p;
+  p = QuantVParams{};
   p.v = v.const_data_ptr();
   p.dtype = v.scalar_type() == at::kHalf ? InDtype::kFloat16 : InDtype::kBFloat16;
   p.batch = hv.batch;
@@ -126,24 +142,15 @@ QuantVOut quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
   p.stride_b = hv.stride_b;
   p.stride_h = hv.stride_h;
   p.stride_n = hv.stride_n;
-  p.v_fp8 = static_cast<uint8_t*>(v_fp8.data_ptr());
-  p.out_stride_b = ho.stride_b;
-  p.out_stride_h = ho.stride_h;
-  p.out_stride_n = ho.stride_n;
-  p.v_scale = v_scale.data_ptr<float>();
+  p.v_scale = q.v_scale.data_ptr<float>();
   p.head_dim_pad = padded_head_dim(hv.dim);
   p.overlap_launch = overlap_launches();
-  at::Tensor workspace;
   if (const int64_t bytes = quant_v_fp8_workspace_bytes(p)) {
-    workspace = workspace_of(bytes, v);
-    p.workspace = workspace.data_ptr();
+    q.workspace = workspace_of(bytes, v);
+    p.workspace = q.workspace.data_ptr();
   }
-  const int err = launch_quant_v_fp8(p, c10::cuda::getCurrentCUDAStream().stream());
-  if (triton_takes_call(err, arch, "sage::quant_v_fp8")) return triton_quant_v(v, layout);
-  return {v_fp8, v_scale};
+  return q;
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(sage, CUDA, m) {
   m.impl("quant_qk_int8", &quant_qk_int8_gpu);

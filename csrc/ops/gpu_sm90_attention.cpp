@@ -2,15 +2,19 @@
 #if defined(SAGE_WITH_SM90)
 #include "gpu_sm90_attention.h"
 
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "gpu_arch.h"
+#include "gpu_prologue.h"
 #include "input_checks.h"
 #include "../sm90/qk_int8_attention_sm90.h"
 
 namespace sage {
 
 // Below this many keys the fast mode's extra V transpose launch costs more than the kernel saves (F18: 256 keys
-// 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099).
+// 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099). Measured with the transpose, which
+// sage::attention's fast mode no longer launches (try_sm90_fast_attention): to be measured again.
 constexpr int64_t kMinFastKeys = 512;
 
 // The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128
@@ -21,29 +25,28 @@ constexpr int64_t kMinWsTokens = 4096;
 
 namespace {
 
-sm90::Schedule pick_schedule(const AttentionArgs& a, int64_t head_dim_pad, Sm90Use use) {
-  const bool auto_ws = use == Sm90Use::kAuto && !a.fp8 && head_dim_pad == 128 && !a.is_causal &&
+sm90::Schedule pick_schedule(const AttentionArgs& a, bool fast, int64_t head_dim_pad, Sm90Use use) {
+  const bool auto_ws = use == Sm90Use::kAuto && !fast && head_dim_pad == 128 && !a.is_causal &&
                        a.qo_len >= kMinWsTokens && a.kv_len >= kMinWsTokens;
   return use == Sm90Use::kForceWs || auto_ws ? sm90::Schedule::kWarpSpecialized : sm90::Schedule::kSerial;
 }
 
-}  // namespace
+// Whether the kernel is wanted for the call at all: the measured limits of Sm90Use::kAuto and the padded head_dims
+// it has (checked before any allocation).
+bool sm90_wanted(const AttentionArgs& a, bool fast, Sm90Use use) {
+  if (use == Sm90Use::kAuto && fast && a.kv_len < kMinFastKeys) return false;
+  return a.q_int8.size(3) == 64 || a.q_int8.size(3) == 128;
+}
 
-bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use) {
-  if (use == Sm90Use::kAuto && a.fp8 && a.kv_len < kMinFastKeys) return false;
-  if (a.q_int8.size(3) != 64 && a.q_int8.size(3) != 128) return false;  // before the fast mode's workspace
-  const HeadView hv = head_view(a.v, a.hnd), ho = head_view(out, a.hnd);
+// Everything but V (pointer, type, strides, v_scale, workspace).
+sm90::QKAttentionParams params_without_v(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse,
+                                         bool fast, Sm90Use use) {
+  const HeadView ho = head_view(out, a.hnd);
   sm90::QKAttentionParams p{};
   p.q = a.q_int8.const_data_ptr<int8_t>();
   p.q_scale = a.q_scale.const_data_ptr<float>();
   p.k = a.k_int8.const_data_ptr<int8_t>();
   p.k_scale = a.k_scale.const_data_ptr<float>();
-  p.v = a.v.const_data_ptr();
-  p.v_type = a.fp8 ? sm90::VType::kFloat8
-                   : a.v.scalar_type() == at::kBFloat16 ? sm90::VType::kBFloat16 : sm90::VType::kFloat16;
-  p.v_stride_b = hv.stride_b;
-  p.v_stride_h = hv.stride_h;
-  p.v_stride_n = hv.stride_n;
   p.out = out.data_ptr();
   p.out_type = a.out_dtype == at::kHalf       ? sm90::OutType::kFloat16
                : a.out_dtype == at::kBFloat16 ? sm90::OutType::kBFloat16
@@ -62,15 +65,13 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   p.head_dim = a.head_dim;
   p.head_dim_pad = a.q_int8.size(3);
   p.causal = a.is_causal;
-  p.schedule = pick_schedule(a, p.head_dim_pad, use);
+  p.schedule = pick_schedule(a, fast, p.head_dim_pad, use);
   p.overlap_launch = overlap_launches();
-  at::Tensor workspace;
-  if (a.fp8) {
-    p.v_scale = a.v_scale->const_data_ptr<float>();
-    workspace = at::empty({sm90::qk_attention_workspace_bytes(p)}, a.v.options().dtype(at::kByte));
-    p.workspace = workspace.data_ptr();
-  }
-  if (sm90::qk_attention_unsupported(p) != nullptr) return false;
+  return p;
+}
+
+// Launches the kernel on params it takes; false when the TMA maps could not be encoded (warned once).
+bool launch(const sm90::QKAttentionParams& p) {
   const int err = sm90::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
   if (err == sm90::kNoTensorMap) {
     TORCH_WARN_ONCE("sage: the sm90 kernel could not encode its TMA tensor maps (driver too old?); using the "
@@ -79,6 +80,55 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
   }
   TORCH_CHECK(err == 0, "sage::qk_int8_attention: the sm90 kernel failed to launch (CUDA error ", err, ")");
   return true;
+}
+
+}  // namespace
+
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use) {
+  if (!sm90_wanted(a, a.fp8, use)) return false;
+  const HeadView hv = head_view(a.v, a.hnd);
+  sm90::QKAttentionParams p = params_without_v(a, out, lse, a.fp8, use);
+  p.v = a.v.const_data_ptr();
+  p.v_type = a.fp8 ? sm90::VType::kFloat8
+                   : a.v.scalar_type() == at::kBFloat16 ? sm90::VType::kBFloat16 : sm90::VType::kFloat16;
+  p.v_stride_b = hv.stride_b;
+  p.v_stride_h = hv.stride_h;
+  p.v_stride_n = hv.stride_n;
+  at::Tensor workspace;
+  if (a.fp8) {
+    p.v_scale = a.v_scale->const_data_ptr<float>();
+    workspace = at::empty({sm90::qk_attention_workspace_bytes(p)}, a.v.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+  }
+  if (sm90::qk_attention_unsupported(p) != nullptr) return false;
+  return launch(p);
+}
+
+std::optional<std::tuple<at::Tensor, at::Tensor>> try_sm90_fast_attention(
+    const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
+    const at::Tensor& v, int64_t qo_len, const std::string& layout, bool is_causal, at::ScalarType out_dtype) {
+  if (!v.is_cuda() || use_triton_prologue() || device_arch(v.device()) != "sm_90") return std::nullopt;
+  const Sm90Use use = sm90_use();
+  if (use == Sm90Use::kOff) return std::nullopt;
+  // V as given (16-bit): the checks of qk_int8_attention's accurate mode, which hold for the fast one too.
+  const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, std::nullopt, qo_len, layout,
+                                               is_causal, out_dtype);
+  if (!sm90_wanted(a, /*fast=*/true, use)) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(v.device());
+  auto [out, lse] = allocate_attention_out(a);
+  if (lse.numel() == 0) return std::nullopt;  // no query or no head: qk_int8_attention returns the empty outputs
+  sm90::QKAttentionParams p = params_without_v(a, out, lse, /*fast=*/true, use);
+  at::Tensor v_t = at::empty({sm90::vt_bytes(p)}, v.options().dtype(at::kByte));
+  QuantV quant = quant_v_params(v, a.hnd);
+  p.v = v_t.const_data_ptr();
+  p.v_type = sm90::VType::kFloat8Vt;
+  p.v_scale = quant.v_scale.const_data_ptr<float>();
+  if (sm90::qk_attention_unsupported(p) != nullptr) return std::nullopt;
+  quant.p.v_t = static_cast<uint8_t*>(v_t.data_ptr());
+  const int err = launch_quant_v_fp8(quant.p, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "sage::attention: the V quantization failed to launch (CUDA error ", err, ")");
+  if (!launch(p)) return std::nullopt;
+  return std::make_tuple(out, lse);
 }
 
 }  // namespace sage

@@ -16,6 +16,7 @@
 
 #include "../contract.h"
 #include "../hip/compat.h"  // launch(), wait_for_previous_grid()
+#include "../hip/vt_layout.h"
 #include "ptx.h"
 #include "qk_int8_attention_sm90.h"
 #include "wgmma.h"
@@ -36,6 +37,7 @@ constexpr int kRows = 64;     // query rows of one warpgroup: one wgmma M
 constexpr int kBlockN = 128;  // keys per iteration: two k-scale blocks
 static_assert(kBlockQ % (2 * kRows) == 0, "a CTA of one or two warpgroups shares one q scale");
 static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
+static_assert(kBlockN == vt::kBlockTokens, "V^T rows hold whole key blocks");
 
 // Shared-memory bytes of one tile. V: V^T e4m3 [D][kBlockN] in one box (K-major for the fp8 wgmma), or 16-bit V
 // as D / 64 boxes [kBlockN][64] (128-byte swizzled rows).
@@ -140,7 +142,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[k
 
 // Fast mode: o_blk = P.V of one key block (a fresh accumulator: the fp8 wgmma keeps ~22 bits, so blocks are summed
 // in float32 outside it). V^T rows are head_dim, 128 keys each (one 128B-swizzled row), permuted in groups of 16
-// (transpose_v_fp8) so that register r of the A fragment holds the keys this thread's S accumulators hold.
+// (csrc/hip/vt_layout.h) so that register r of the A fragment holds the keys this thread's S accumulators hold.
 template <int D>
 __device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2], const uint32_t (&p)[kBlockN / 8], uint32_t vt_addr) {
   const uint64_t vt_desc = make_smem_desc(vt_addr, 16, 1024, Swizzle::k128B);
@@ -474,7 +476,8 @@ int launch_for_types(const QKAttentionParams& p, const CUtensorMap& q_map, const
     using False = std::integral_constant<bool, false>;
     using True = std::integral_constant<bool, true>;
     switch (p.v_type) {
-      case VType::kFloat8: return by_out(d, False{}, True{});
+      case VType::kFloat8:
+      case VType::kFloat8Vt: return by_out(d, False{}, True{});
       case VType::kBFloat16: return by_out(d, True{}, False{});
       default: return by_out(d, False{}, False{});
     }

@@ -199,17 +199,15 @@ bool make_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Fast mode: v_fp8 [B, Hkv, N, head_dim] (element strides) -> V^T [B * Hkv][D][nt] e4m3, D the padded head_dim,
-// nt = kv_len rounded up to kBlockN, zero past kv_len and head_dim, tokens permuted inside each group of 16:
-// column 4 q + t holds token 2 q + (t & 1) + 8 (t >> 1), the keys that lane q of a quad holds in its S accumulators
-// (see pv_tile_fp8). A block moves 64 tokens: 4-byte loads along the tokens' rows into shared memory, then 16-byte
-// stores of V^T rows, four threads to a row's 64 bytes. V's base and strides are multiples of 4 bytes
-// (qk_attention_unsupported).
+// Fast mode, given a v_fp8 [B, Hkv, N, head_dim] (element strides): its V^T (csrc/hip/vt_layout.h). A block moves
+// 64 tokens: 4-byte loads along the tokens' rows into shared memory, then vt::store_tile. V's base and strides are
+// multiples of 4 bytes (qk_attention_unsupported).
 template <int D>
-__global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,
-                                                              int64_t sb, int64_t sh, int64_t sn, int heads,
-                                                              int kv_len, int head_dim, int64_t nt) {
-  constexpr int kTokens = 64, kRow = D + 4;  // the row's 4 extra bytes spread the 16-token groups over the banks
+__global__ void __launch_bounds__(vt::kThreads) transpose_v_fp8_kernel(const uint8_t* __restrict__ v,
+                                                                       uint8_t* __restrict__ vt, int64_t sb,
+                                                                       int64_t sh, int64_t sn, int heads, int kv_len,
+                                                                       int head_dim, int64_t nt) {
+  constexpr int kTokens = vt::kTileTokens, kRow = vt::kRow<D>;
   __shared__ __align__(16) uint8_t tile[kTokens * kRow];
   compat::wait_for_previous_grid();  // V's quantization
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTokens;
@@ -223,21 +221,10 @@ __global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const uint8_t* __r
     *reinterpret_cast<uint32_t*>(tile + t * kRow + c) = x;
   }
   __syncthreads();
-  uint8_t* dst = vt + static_cast<int64_t>(bhk) * D * nt + n0;
-  for (int idx = threadIdx.x; idx < D * (kTokens / 16); idx += blockDim.x) {
-    const int g = idx % (kTokens / 16), d = idx / (kTokens / 16);
-    const uint8_t* col = tile + g * 16 * kRow + d;
-    uint32_t w[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {  // bytes 4 q .. 4 q + 3: tokens 2 q, 2 q + 1, 2 q + 8, 2 q + 9 of the group
-      const uint8_t* tok = col + 2 * q * kRow;
-      w[q] = tok[0] | (uint32_t(tok[kRow]) << 8) | (uint32_t(tok[8 * kRow]) << 16) | (uint32_t(tok[9 * kRow]) << 24);
-    }
-    *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(d) * nt + 16 * g) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
+  vt::store_tile<D>(tile, vt + static_cast<int64_t>(bhk) * D * nt + n0, nt);
 }
 
-int64_t vt_tokens(const QKAttentionParams& p) { return (p.kv_len + kBlockN - 1) / kBlockN * kBlockN; }
+int64_t vt_tokens(const QKAttentionParams& p) { return vt::vt_tokens(p.kv_len); }
 
 template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 struct SerialLaunch {
@@ -250,8 +237,10 @@ struct SerialLaunch {
 
 }  // namespace
 
+int64_t vt_bytes(const QKAttentionParams& p) { return p.batch * p.heads_kv * p.head_dim_pad * vt_tokens(p); }
+
 int64_t qk_attention_workspace_bytes(const QKAttentionParams& p) {
-  return p.v_type == VType::kFloat8 ? p.batch * p.heads_kv * p.head_dim_pad * vt_tokens(p) : 0;
+  return p.v_type == VType::kFloat8 ? vt_bytes(p) : 0;
 }
 
 const char* qk_attention_unsupported(const QKAttentionParams& p) {
@@ -265,7 +254,9 @@ const char* qk_attention_unsupported(const QKAttentionParams& p) {
   const auto misaligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
   // TMA: 16-byte aligned base and strides, strides below 2^40 bytes.
   if (misaligned(p.q, 16) || misaligned(p.k, 16)) return "a base address is not 16-byte aligned";
-  if (p.v_type == VType::kFloat8) {
+  if (p.v_type == VType::kFloat8Vt) {
+    if (p.v_scale == nullptr || misaligned(p.v, 16)) return "fast mode buffers";
+  } else if (p.v_type == VType::kFloat8) {
     if (p.v_scale == nullptr || p.workspace == nullptr || misaligned(p.workspace, 16)) return "fast mode buffers";
     if (misaligned(p.v, 4) || p.v_stride_b % 4 != 0 || p.v_stride_h % 4 != 0 || p.v_stride_n % 4 != 0) {
       return "fp8 v is not in 4-byte words";  // the V transpose's loads
@@ -308,29 +299,33 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
       return kNoTensorMap;
     }
   }
-  if (p.v_type == VType::kFloat8) {
+  if (p.v_type == VType::kFloat8 || p.v_type == VType::kFloat8Vt) {
     const uint64_t nt = static_cast<uint64_t>(vt_tokens(p));
     const uint64_t dims[3] = {nt, d, static_cast<uint64_t>(p.batch * p.heads_kv)};
     const uint64_t strides[2] = {nt, d * nt};
     const uint32_t box[3] = {kBlockN, static_cast<uint32_t>(d), 1};
-    if (!make_map(&v_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.workspace, dims, strides, box,
+    const bool given = p.v_type == VType::kFloat8Vt;  // else the transpose below writes it into the workspace
+    if (!make_map(&v_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, given ? p.v : p.workspace, dims, strides, box,
                   CU_TENSOR_MAP_SWIZZLE_128B)) {
       return kNoTensorMap;
     }
-    const dim3 grid(static_cast<unsigned>(nt / 64), static_cast<unsigned>(p.batch * p.heads_kv));
+  }
+  if (p.v_type == VType::kFloat8) {
+    const uint64_t nt = static_cast<uint64_t>(vt_tokens(p));
+    const dim3 grid(static_cast<unsigned>(nt / vt::kTileTokens), static_cast<unsigned>(p.batch * p.heads_kv));
     const auto* v = static_cast<const uint8_t*>(p.v);
     auto* vt = static_cast<uint8_t*>(p.workspace);
     const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
     const int hd = static_cast<int>(p.head_dim);
     if (d == 128) {
-      compat::launch<transpose_v_fp8_kernel<128>>(grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+      compat::launch<transpose_v_fp8_kernel<128>>(grid, dim3(vt::kThreads), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
                                                   p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     } else {
-      compat::launch<transpose_v_fp8_kernel<64>>(grid, dim3(256), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+      compat::launch<transpose_v_fp8_kernel<64>>(grid, dim3(vt::kThreads), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
                                                   p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     }
     if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
-  } else {
+  } else if (p.v_type != VType::kFloat8Vt) {
     // head_dim columns: the box's columns past them (padding) are filled with zeros by the TMA.
     const uint64_t dims[4] = {dv, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),
                               static_cast<uint64_t>(p.batch)};

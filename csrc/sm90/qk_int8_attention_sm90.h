@@ -11,7 +11,9 @@ namespace sage {
 namespace sm90 {
 
 enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
-enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2 };  // kFloat8: float8_e4m3fn
+// kFloat8: float8_e4m3fn in V's layout, transposed by the launch; kFloat8Vt: float8_e4m3fn already in the kernel's
+// V^T layout (csrc/hip/vt_layout.h), as the V quantization writes it for sage::attention.
+enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2, kFloat8Vt = 3 };
 
 // How the kernel runs. kSerial: one warpgroup a CTA of 64 query rows loads and computes in turn, three or four
 // CTAs an SM. kWarpSpecialized: a CTA of 128 query rows, one warpgroup issuing the loads and two computing, which
@@ -28,7 +30,8 @@ struct QKAttentionParams {
   const float* k_scale;
   // V [batch, heads_kv, kv_len, head_dim] in element strides (last dim contiguous); fast mode: v_scale
   // [batch, heads_kv, head_dim] float32 (sage::quant_v_fp8's outputs) and a workspace of
-  // qk_attention_workspace_bytes bytes (16-byte aligned) for V^T.
+  // qk_attention_workspace_bytes bytes (16-byte aligned) for V^T. kFloat8Vt: v is that V^T, 16-byte aligned (the
+  // strides are not read), and no workspace is needed.
   const void* v;
   VType v_type;
   int64_t v_stride_b, v_stride_h, v_stride_n;
@@ -47,8 +50,11 @@ struct QKAttentionParams {
   bool overlap_launch;  // programmatic dependent launches (csrc/hip/compat.h launch())
 };
 
-// Bytes of workspace the call needs (0 in the accurate mode).
+// Bytes of workspace the call needs (0 in the accurate mode and for kFloat8Vt).
 int64_t qk_attention_workspace_bytes(const QKAttentionParams& p);
+
+// Bytes of the fast mode's V^T for these sizes (kFloat8Vt's v; kFloat8's workspace).
+int64_t vt_bytes(const QKAttentionParams& p);
 
 // Why the kernel cannot take these params (nullptr when it can): head_dim, alignment, sizes the TMA cannot
 // address. The caller then uses another kernel.
