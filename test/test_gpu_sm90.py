@@ -181,25 +181,37 @@ def test_schedules_give_the_same_bits(monkeypatch, mode, b, hq, hk, nq, nk, d, l
     torch.testing.assert_close(lse_w, lse_s, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("b,hq,hk,nq,nk,d,layout,causal,dtype", [
-    (2, 4, 2, 1000, 777, 128, "HND", False, torch.bfloat16), (1, 6, 3, 777, 1000, 64, "NHD", True, torch.float16),
-    (1, 4, 4, 1, 300, 80, "HND", True, torch.bfloat16), (1, 2, 2, 130, 5000, 40, "NHD", False, torch.float16),
-    (1, 2, 2, 64, 63, 128, "HND", False, torch.bfloat16), (2, 2, 1, 200, 129, 96, "NHD", True, torch.float32)])
-def test_fast_mode_in_one_step_gives_the_op_pairs_bits(schedule, b, hq, hk, nq, nk, d, layout, causal, dtype):
+@pytest.mark.parametrize("b,hq,hk,nq,nk,d,layout,causal,dtype,offset", [
+    (2, 4, 2, 1000, 777, 128, "HND", False, torch.bfloat16, 0), (1, 6, 3, 777, 1000, 64, "NHD", True, torch.float16, 0),
+    (1, 4, 4, 1, 300, 80, "HND", True, torch.bfloat16, 0), (1, 2, 2, 130, 5000, 40, "NHD", False, torch.float16, 0),
+    (1, 2, 2, 64, 63, 128, "HND", False, torch.bfloat16, 0), (2, 2, 1, 200, 129, 96, "NHD", True, torch.float32, 0),
+    (1, 4, 2, 300, 700, 128, "NHD", False, torch.bfloat16, 1), (1, 2, 2, 100, 200, 64, "HND", True, torch.float16, 1)])
+def test_fast_mode_in_one_step_gives_the_op_pairs_bits(schedule, b, hq, hk, nq, nk, d, layout, causal, dtype, offset):
     """sage::attention's fast mode quantizes V straight into the kernel's V^T (no v_fp8, no transpose launch); the
     same call through sage::quant_v_fp8 and sage::qk_int8_attention, whose launch transposes v_fp8, gives the same
-    bits (the V^T tails past the keys and head_dim are zeros either way)."""
+    bits. offset 1: v one element off 8-byte alignment (the quantization's element-wise loads). The V^T is allocated
+    over freed memory of e4m3 NaN bytes, so that a key column past kv_len left unwritten makes the rows NaN."""
     q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=torch.bfloat16, layout=layout, device="cuda", seed=nk * d)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    if offset:  # the same values in storage one element off
+        shifted = torch.empty(v.numel() + offset, dtype=v.dtype, device=v.device)[offset:].view(v.shape)
+        v = shifted.copy_(v)
     call = lambda: torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, False, "fp8")  # noqa: E731
     names = kernels(call)
-    assert sm90_ran(names) and not any("transpose_v_fp8" in n for n in names), sorted(names)
+    want = SM90_KERNELS[1] if schedule == "ws" else SM90_KERNELS[0]
+    assert want in sm90_ran(names) and not any("transpose_v_fp8" in n for n in names), sorted(names)
+    # Every V^T here is under 1 MiB, so it comes from the caching allocator's 2 MiB segments of small blocks: fill
+    # 16 MiB of them with 0xFF and free them, so that the call's small buffers reuse that memory.
+    torch.cuda.empty_cache()
+    poison = [torch.full((1 << 20,), 0xFF, dtype=torch.uint8, device="cuda") for _ in range(16)]
+    del poison
     out, lse = call()
     as16 = (lambda t: t.bfloat16()) if dtype == torch.float32 else (lambda t: t)  # noqa: E731
     qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(as16(q), as16(k), layout, d ** -0.5, False)
     v8, vs = torch.ops.sage.quant_v_fp8(as16(v), layout)
     ref_out, ref_lse = run_sm90(lambda: torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, v8, vs, nq, layout, causal,
                                                                          dtype))
+    assert torch.isfinite(out).all()
     torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
     torch.testing.assert_close(lse, ref_lse, atol=0, rtol=0)
 

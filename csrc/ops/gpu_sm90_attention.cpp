@@ -114,6 +114,9 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_sm90_fast_attention(
   const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, std::nullopt, qo_len, layout,
                                                is_causal, out_dtype);
   if (!sm90_wanted(a, /*fast=*/true, use)) return std::nullopt;
+  // The calls qk_int8_attention's sm90 path refuses for its V transpose's grid keep the Triton kernel here too: the
+  // fast mode at that size has not run on the sm90 kernel.
+  if (a.batch * a.heads_k > 65535) return std::nullopt;
   const c10::cuda::CUDAGuard guard(v.device());
   auto [out, lse] = allocate_attention_out(a);
   if (lse.numel() == 0) return std::nullopt;  // no query or no head: qk_int8_attention returns the empty outputs
