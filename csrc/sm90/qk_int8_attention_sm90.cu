@@ -313,15 +313,16 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
   if (p.v_type == VType::kFloat8) {
     const uint64_t nt = static_cast<uint64_t>(vt_tokens(p));
     const dim3 grid(static_cast<unsigned>(nt / vt::kTileTokens), static_cast<unsigned>(p.batch * p.heads_kv));
+    const dim3 block(vt::kThreads);
     const auto* v = static_cast<const uint8_t*>(p.v);
     auto* vt = static_cast<uint8_t*>(p.workspace);
     const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
     const int hd = static_cast<int>(p.head_dim);
     if (d == 128) {
-      compat::launch<transpose_v_fp8_kernel<128>>(grid, dim3(vt::kThreads), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+      compat::launch<transpose_v_fp8_kernel<128>>(grid, block, 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
                                                   p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     } else {
-      compat::launch<transpose_v_fp8_kernel<64>>(grid, dim3(vt::kThreads), 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
+      compat::launch<transpose_v_fp8_kernel<64>>(grid, block, 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
                                                   p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
     }
     if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
