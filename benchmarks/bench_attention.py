@@ -49,6 +49,16 @@ def sm90_setting(value):
             os.environ["SAGEATTN_SK1_SM90"] = old
 
 
+def bench_inputs(b, h, n, d, dtype=torch.bfloat16):
+    """The benchmark's q, k, v of one shape (HND): Gaussian, the keys with a per-channel offset as real models' keys
+    have, which key smoothing removes."""
+    g = torch.Generator(device="cuda").manual_seed(n)
+    q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
+    k = (torch.randn(b, h, n, d, device="cuda", generator=g) + 4 * torch.randn(d, device="cuda", generator=g)).to(dtype)
+    v = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
+    return q, k, v
+
+
 def methods():
     m = {
         "sage-auto": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c),
@@ -118,18 +128,18 @@ def kernel_aot_vs_jit(quick):
     (sage::qk_int8_attention) against Triton's JIT of the same source and config (sage::_qk_int8_attention_triton)."""
     lines = []
     for b, h, n, d, causal in SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        q, k, v = bench_inputs(b, h, n, d)
         qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, k, "HND", d ** -0.5, True)
         v8, vs = torch.ops.sage.quant_v_fp8(v, "HND")
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         reps = 5 if quick else max(5, min(50, int(2e13 / flops)))
         for mode, vv, vsc in (("fp16", v, None), ("fp8", v8, vs)):
             t = {}
-            for name, op in (("aot", torch.ops.sage.qk_int8_attention), ("jit", torch.ops.sage._qk_int8_attention_triton)):
+            for name, op in (("aot", torch.ops.sage.qk_int8_attention),
+                             ("jit", torch.ops.sage._qk_int8_attention_triton)):
                 t[name] = device_ms(lambda op=op: op(qi, qs, ki, ks, vv, vsc, n, "HND", causal, torch.bfloat16), reps)
-            lines.append(f"kernel {b},{h},{n},{d},{causal} {mode}: precompiled {t['aot']:.3f} ms, JIT {t['jit']:.3f} ms, "
-                         f"JIT/precompiled {t['jit'] / t['aot']:.3f}")
+            lines.append(f"kernel {b},{h},{n},{d},{causal} {mode}: precompiled {t['aot']:.3f} ms, "
+                         f"JIT {t['jit']:.3f} ms, JIT/precompiled {t['jit'] / t['aot']:.3f}")
         del q, k, v, qi, ki, v8
         torch.cuda.empty_cache()
     return "\n".join(lines)
@@ -153,11 +163,7 @@ def main():
     for shape in SHAPES + SHORT:
         b, h, n, d, causal = shape
         short = shape in SHORT
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = (torch.randn(b, h, n, d, device="cuda", generator=g) +
-             4 * torch.randn(d, device="cuda", generator=g)).bfloat16()
-        v = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        q, k, v = bench_inputs(b, h, n, d)
         ref = exact_head(q, k, v, causal)
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         reps = 5 if args.quick else (200 if short else max(5, min(50, int(2e13 / flops))))

@@ -17,7 +17,9 @@ import torch
 import torch_sage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from timing import device_ms  # noqa: E402  (the benchmarks' timer, so that the lone calls are timed as theirs are)
+# The benchmarks' timer and inputs, so that the calls here are bench_attention's calls, timed as it times them.
+from bench_attention import bench_inputs  # noqa: E402
+from timing import device_ms  # noqa: E402
 
 
 def main():
@@ -35,8 +37,7 @@ def main():
         if value is not None:
             os.environ[name] = value
     b, h, n, d = (int(x) for x in args.shape.split(","))
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=getattr(torch, args.dtype), generator=g) for _ in range(3))
+    q, k, v = bench_inputs(b, h, n, d, getattr(torch, args.dtype))
     for _ in range(2):  # the first is the warm-up: profile the second (ncu -s 1 -c 1)
         torch_sage.attention(q, k, v, is_causal=args.causal, pv_mode=args.mode)
     torch.cuda.synchronize()
@@ -102,10 +103,13 @@ def print_event_timed_call(call, calls):
         elapsed = [timed_call() for _ in range(calls)]
     rows = [(ev.time_range.start, ev.time_range.elapsed_us(), "gpu " if ev.device_type == DeviceType.CUDA else "host",
              ev.name) for ev in prof.events()]
-    windows = sorted((start, start + us) for start, us, _, name in rows if name == "event_timed_call")
+    # record_function leaves a host range and a GPU annotation of the same name; the window is the host one.
+    windows = sorted((start, start + us) for start, us, side, name in rows
+                     if name == "event_timed_call" and side == "host")
     median = sorted(range(len(elapsed)), key=elapsed.__getitem__)[len(elapsed) // 2]
     if len(windows) != len(elapsed):
-        print(f"  event-timed calls: {len(windows)} profiler windows for {len(elapsed)} calls")
+        print(f"  one call between CUDA events: {unprofiled:.1f} us without the profiler; {len(windows)} profiler "
+              f"windows for {len(elapsed)} calls, no timeline")
         return
     print(f"  one call between CUDA events: {unprofiled:.1f} us without the profiler, {elapsed[median]:.1f} us "
           f"under it (medians of {calls}); the latter's call, from the start event's record, host calls and GPU "
