@@ -174,6 +174,7 @@ def extension(backend):
     if backend is None:
         return ext.CppExtension("torch_sage._C", cpu_sources, extra_compile_args={"cxx": cxx}, extra_link_args=link)
     sources = cpu_sources + rel("csrc/ops/gpu_*.cpp")
+    cxx += ["-DSAGE_WITH_GPU"]  # csrc/ops/gpu_*.cpp are built: the CPU sources may call into them
     ops_dir, hip_dir = os.path.join(HERE, "csrc", "ops"), os.path.join(HERE, "csrc", "hip")
     if backend == "cuda":
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")

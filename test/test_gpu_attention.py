@@ -136,6 +136,36 @@ def test_cuda_graph_replays_the_default_path_bit_for_bit():
                     assert torch.equal(got, want), (n, d, mode, seed)
 
 
+@pytest.mark.parametrize("mode", ["fp16", "fp8"])
+@pytest.mark.parametrize("smooth_k", [False, True])
+@pytest.mark.parametrize("b,hq,hk,nq,nk,d,layout,causal,dtype", [
+    (2, 4, 2, 1000, 1300, 128, "HND", False, torch.bfloat16), (1, 6, 3, 300, 2000, 64, "NHD", True, torch.float16),
+    (1, 2, 2, 65, 700, 80, "HND", True, torch.float32), (1, 4, 4, 1, 1, 128, "NHD", False, torch.bfloat16)])
+def test_whole_call_gives_the_op_chains_bits(mode, smooth_k, b, hq, hk, nq, nk, d, layout, causal, dtype):
+    """sage::attention on a GPU runs the prologue into one allocation for all its intermediates (not through
+    sage::quant_qk_int8, whose outputs are allocated one by one): the same call through the ops, one after another,
+    gives the same bits, lse included. The call's allocation lies over freed memory of 0xFF bytes (NaN in float32,
+    int8 -1), so that a byte the prologue should write and does not shows."""
+    q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=torch.bfloat16, layout=layout, device="cuda", seed=nq + nk + d)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    torch.cuda.empty_cache()  # then small blocks (under 1 MiB) and large ones cached over 0xFF bytes
+    poison = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in [1 << 20] * 16 + [20 << 20] * 4]
+    del poison
+    out, lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, smooth_k, mode)
+    as16 = (lambda t: t.bfloat16()) if dtype == torch.float32 else (lambda t: t)  # noqa: E731
+    scale = d ** -0.5
+    qi, qs, ki, ks, k_mean = torch.ops.sage.quant_qk_int8(as16(q), as16(k), layout, scale, smooth_k)
+    v_in, v_scale = torch.ops.sage.quant_v_fp8(as16(v), layout) if mode == "fp8" else (as16(v), None)
+    ref_out, ref_lse = torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, v_in, v_scale, nq, layout, causal, dtype)
+    if smooth_k:  # what sage::attention_with_lse adds back: sm_scale * q . k_mean, per query
+        q_hnd = q if layout == "HND" else q.transpose(1, 2)
+        mean = k_mean.repeat_interleave(hq // hk, 1)
+        ref_lse.add_(torch.matmul(q_hnd.float(), mean.unsqueeze(-1)).squeeze(-1), alpha=scale)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
+    torch.testing.assert_close(lse, ref_lse, atol=0, rtol=0)
+
+
 def check_query_beyond_2_to_the_31_elements(run=lambda f: f()):
     """run(f) calls f (test_gpu_sm90.py passes one that also checks which kernel ran)."""
     b, h, n, d = 1, 40, 420000, 128

@@ -1,6 +1,7 @@
 // sage::attention and sage::attention_with_lse: input checks, then prologue -> (V quantization) -> kernel,
-// each step through the dispatcher so every device runs its own kernels; on sm_90 the fast mode's last two steps
-// are one (gpu_sm90_attention.h: the V quantization writes the Hopper kernel's own V layout).
+// each step through the dispatcher so every device runs its own kernels, except where a GPU call saves host time:
+// the GPU prologue's intermediates come from one allocation (gpu_prologue.h), and on sm_90 the fast mode's last two
+// steps are one (gpu_sm90_attention.h: the V quantization writes the Hopper kernel's own V layout).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -9,6 +10,9 @@
 #include "qk_attention_args.h"
 #include "input_checks.h"
 #include "prologue_outputs.h"
+#if defined(SAGE_WITH_GPU)
+#include "gpu_prologue.h"
+#endif
 #if defined(SAGE_WITH_SM90)
 #include "gpu_sm90_attention.h"
 #endif
@@ -125,7 +129,15 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
                                const at::Tensor&, const std::optional<at::Tensor>&, c10::SymInt, c10::string_view,
                                bool, at::ScalarType)>();
 
-  auto [q_int8, q_scale, k_int8, k_scale, k_mean] = quant_qk.call(q16, k16, layout, scale, smooth_k);
+  std::optional<QuantQK> prologue;
+#if defined(SAGE_WITH_GPU)
+  if (q16.is_cuda()) prologue = quant_qk_int8_one_allocation(q16, k16, hnd, scale, smooth_k);
+#endif
+  if (!prologue) {
+    auto [qi, qs, ki, ks, km] = quant_qk.call(q16, k16, layout, scale, smooth_k);
+    prologue = QuantQK{qi, qs, ki, ks, km};
+  }
+  const auto& [q_int8, q_scale, k_int8, k_scale, k_mean] = *prologue;
   const int64_t qo_len = head_view(q, hnd).tokens, kv_len = head_view(k, hnd).tokens;
   std::optional<std::tuple<at::Tensor, at::Tensor>> result;
 #if defined(SAGE_WITH_SM90)

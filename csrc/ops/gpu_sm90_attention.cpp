@@ -121,14 +121,19 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_sm90_fast_attention(
   auto [out, lse] = allocate_attention_out(a);
   if (lse.numel() == 0) return std::nullopt;  // no query or no head: qk_int8_attention returns the empty outputs
   sm90::QKAttentionParams p = params_without_v(a, out, lse, /*fast=*/true, use);
-  at::Tensor v_t = at::empty({sm90::vt_bytes(p)}, v.options().dtype(at::kByte));
-  QuantV quant = quant_v_params(v, a.hnd);
-  p.v = v_t.const_data_ptr();
+  QuantVParams quant = quant_v_params(v, a.hnd);
+  const int64_t v_scale_shape[] = {quant.batch, quant.heads, quant.head_dim};
+  const int64_t workspace_bytes = quant_v_fp8_workspace_bytes(quant);
+  const auto parts = carve(v, {{v_scale_shape, at::kFloat}, {{workspace_bytes}, at::kByte},
+                               {{sm90::vt_bytes(p)}, at::kByte}});
+  p.v = parts[2].const_data_ptr();
   p.v_type = sm90::VType::kFloat8Vt;
-  p.v_scale = quant.v_scale.const_data_ptr<float>();
+  p.v_scale = parts[0].const_data_ptr<float>();
   if (sm90::qk_attention_unsupported(p) != nullptr) return std::nullopt;
-  quant.p.v_t = static_cast<uint8_t*>(v_t.data_ptr());
-  const int err = launch_quant_v_fp8(quant.p, c10::cuda::getCurrentCUDAStream().stream());
+  quant.v_scale = parts[0].data_ptr<float>();
+  quant.workspace = workspace_bytes > 0 ? parts[1].data_ptr() : nullptr;
+  quant.v_t = static_cast<uint8_t*>(parts[2].data_ptr());
+  const int err = launch_quant_v_fp8(quant, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == 0, "sage::attention: the V quantization failed to launch (CUDA error ", err, ")");
   if (!launch(p)) return std::nullopt;
   return std::make_tuple(out, lse);

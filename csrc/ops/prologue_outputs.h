@@ -24,18 +24,30 @@ inline float q_multiplier(double sm_scale) {
   return static_cast<float>(sm_scale * kLog2e);
 }
 
-inline QuantQK allocate_quant_qk(const at::Tensor& q, const at::Tensor& k, bool hnd, bool smooth_k) {
+// The shapes of the five outputs: Q and K in int8, padded to whole blocks and to the padded head_dim, a float32
+// scale per block, and the key mean [B, Hk, D] (empty without smoothing).
+struct QuantQKShapes {
+  c10::SmallVector<int64_t, 4> q_int8, q_scale, k_int8, k_scale, k_mean;
+};
+
+inline QuantQKShapes quant_qk_shapes(const at::Tensor& q, const at::Tensor& k, bool hnd, bool smooth_k) {
   const HeadView vq = head_view(q, hnd), vk = head_view(k, hnd);
   const int64_t dp = padded_head_dim(vq.dim);
   const int64_t nq = round_up(vq.tokens, kBlockQ), nk = round_up(vk.tokens, kBlockK);
+  QuantQKShapes s;
+  s.q_int8 = {vq.batch, vq.heads, nq, dp};
+  s.q_scale = {vq.batch, vq.heads, nq / kBlockQ};
+  s.k_int8 = {vk.batch, vk.heads, nk, dp};
+  s.k_scale = {vk.batch, vk.heads, nk / kBlockK};
+  s.k_mean = smooth_k ? c10::SmallVector<int64_t, 4>{vk.batch, vk.heads, vk.dim} : c10::SmallVector<int64_t, 4>{0};
+  return s;
+}
+
+inline QuantQK allocate_quant_qk(const at::Tensor& q, const at::Tensor& k, bool hnd, bool smooth_k) {
+  const QuantQKShapes s = quant_qk_shapes(q, k, hnd, smooth_k);
   const auto i8 = q.options().dtype(at::kChar), f32 = q.options().dtype(at::kFloat);
-  QuantQK r;
-  r.q_int8 = at::empty({vq.batch, vq.heads, nq, dp}, i8);
-  r.q_scale = at::empty({vq.batch, vq.heads, nq / kBlockQ}, f32);
-  r.k_int8 = at::empty({vk.batch, vk.heads, nk, dp}, i8);
-  r.k_scale = at::empty({vk.batch, vk.heads, nk / kBlockK}, f32);
-  r.k_mean = smooth_k ? at::empty({vk.batch, vk.heads, vk.dim}, f32) : at::empty({0}, f32);
-  return r;
+  return {at::empty(s.q_int8, i8), at::empty(s.q_scale, f32), at::empty(s.k_int8, i8), at::empty(s.k_scale, f32),
+          at::empty(s.k_mean, f32)};
 }
 
 }  // namespace sage
