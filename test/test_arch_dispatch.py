@@ -165,11 +165,13 @@ def test_gpu_kernels_check_the_device_first(gpu, kernel, args, gcn, match):
 
 def test_cpp_prologue_checks_the_arch_first():
     """csrc/ops/gpu_prologue.cpp (compiled only on a GPU machine) calls the C++ check (device_arch, which on ROCm
-    starts with check_amd_arch) before anything else, on CUDA and ROCm alike."""
+    starts with check_amd_arch) before anything else, on CUDA and ROCm alike: in the op and in sage::attention's
+    prologue, which does not go through the op."""
     src = (ROOT / "csrc" / "ops" / "gpu_prologue.cpp").read_text()
-    body = src[src.index("QuantOut quant_qk_int8_gpu("):]
-    body = body[body.index("{") + 1:]
-    assert re.match(r"\s*const std::string arch = device_arch\(q\.device\(\)\);", body), body[:200]
+    for entry in ("QuantOut quant_qk_int8_gpu(", "std::optional<QuantQK> quant_qk_int8_one_allocation("):
+        body = src[src.index(entry):]
+        body = body[body.index("{") + 1:]
+        assert re.match(r"\s*device_arch\(q\.device\(\)\);", body), body[:200]
     arch = (ROOT / "csrc" / "ops" / "gpu_arch.cpp").read_text()
     arch = arch[arch.index("std::string device_arch("):]
     assert re.match(r"[^{]*\{\s*#if defined\(USE_ROCM\)\s*check_amd_arch\(device\);", arch), arch[:200]
