@@ -12,9 +12,9 @@
 
 namespace sage {
 
-// Below this many keys the fast mode's extra V transpose launch costs more than the kernel saves (F18: 256 keys
-// 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099). Measured with the transpose, which
-// sage::attention's fast mode no longer launches (try_sm90_fast_attention): to be measured again.
+// Below this many keys the fast mode runs the Triton kernel: the sm90 path measured slower there, with its V
+// transpose (F18: 256 keys 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099) and without it,
+// the V quantized straight into V^T (F29: 256 keys 0.053 against 0.049).
 constexpr int64_t kMinFastKeys = 512;
 
 // The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128
