@@ -1,5 +1,6 @@
 """sage attention on the GPU: against float64 exact attention (docs/SEMANTICS.md bounds), against the CPU
 kernel, and on the edges (N = 1, odd N, causal with Nq != Nk, GQA, strided views, > 2^31 elements)."""
+import math
 import os
 
 import pytest
@@ -151,9 +152,12 @@ def test_whole_call_gives_the_op_chains_bits(mode, smooth_k, b, hq, hk, nq, nk, 
     torch.cuda.empty_cache()  # then small blocks (under 1 MiB) and large ones cached over 0xFF bytes
     poison = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in [1 << 20] * 16 + [20 << 20] * 4]
     del poison
-    out, lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, smooth_k, mode)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out, lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, smooth_k, mode)
+    ops = {e.name for e in prof.events() if e.name.startswith("sage::")}
+    assert "sage::attention_with_lse" in ops and "sage::quant_qk_int8" not in ops, ops  # the new path ran
     as16 = (lambda t: t.bfloat16()) if dtype == torch.float32 else (lambda t: t)  # noqa: E731
-    scale = d ** -0.5
+    scale = 1 / math.sqrt(d)  # as run_attention forms it, in double
     qi, qs, ki, ks, k_mean = torch.ops.sage.quant_qk_int8(as16(q), as16(k), layout, scale, smooth_k)
     v_in, v_scale = torch.ops.sage.quant_v_fp8(as16(v), layout) if mode == "fp8" else (as16(v), None)
     ref_out, ref_lse = torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, v_in, v_scale, nq, layout, causal, dtype)

@@ -1,5 +1,6 @@
 // CUDA/HIP kernels of sage::quant_qk_int8 and sage::quant_v_fp8: tensors -> QuantQKParams / QuantVParams -> the
-// hand-written launchers in csrc/hip. SAGEATTN_SK1_PROLOGUE=triton routes both ops to their Triton implementations
+// hand-written launchers in csrc/hip; and sage::attention's own GPU prologue, the same kernels with its intermediates
+// carved from one allocation. SAGEATTN_SK1_PROLOGUE=triton routes both ops to their Triton implementations
 // (registered from Python).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAStream.h>

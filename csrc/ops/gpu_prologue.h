@@ -30,7 +30,7 @@ void point_at(QuantQKParams& p, const QuantQK& r);
 
 // sage::attention's prologue on a GPU: sage::quant_qk_int8's kernels and bytes, its outputs and scratch carved
 // from one allocation. nullopt, having launched nothing, where the op itself must run: SAGEATTN_SK1_PROLOGUE=triton,
-// or a build without the prologue's kernels for this GPU (the op warns and runs the Triton prologue).
+// or a build without the prologue's kernels for this GPU (warned once; the op then runs the Triton prologue).
 std::optional<QuantQK> quant_qk_int8_one_allocation(const at::Tensor& q, const at::Tensor& k, bool hnd,
                                                     double sm_scale, bool smooth_k);
 

@@ -1,4 +1,5 @@
-// Outputs of the prologue, allocated the same way by every backend.
+// Outputs of the prologue: their shapes, defined once for every backend, and their allocation one tensor each (the
+// ops; sage::attention on a GPU carves them from one block instead, gpu_prologue.h).
 #pragma once
 #include <ATen/ATen.h>
 
