@@ -90,7 +90,7 @@ QuantQK quant_qk_int8_cpu(const at::Tensor& q, const at::Tensor& k, const std::s
                           bool smooth_k) {
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
-  QuantQK r = allocate_quant_qk(q, k, hnd, smooth_k);
+  QuantQK r = allocate_quant_qk(quant_qk_shapes(q, k, hnd, smooth_k), q.options());
   const HeadView vq = head_view(q, hnd), vk = head_view(k, hnd);
   const float mult = q_multiplier(sm_scale);
   auto run = [&](auto tag) {

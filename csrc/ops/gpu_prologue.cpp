@@ -96,8 +96,9 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
   if (use_triton_prologue()) return triton_prologue(q, k, layout, sm_scale, smooth_k);
   const c10::cuda::CUDAGuard guard(q.device());
-  QuantQKParams p = quant_qk_params(q, k, hnd, sm_scale, smooth_k, quant_qk_shapes(q, k, hnd, smooth_k));
-  const QuantQK r = allocate_quant_qk(q, k, hnd, smooth_k);
+  const QuantQKShapes s = quant_qk_shapes(q, k, hnd, smooth_k);
+  QuantQKParams p = quant_qk_params(q, k, hnd, sm_scale, smooth_k, s);
+  const QuantQK r = allocate_quant_qk(s, q.options());
   point_at(p, r);
   at::Tensor workspace;
   if (const int64_t bytes = quant_qk_int8_workspace_bytes(p)) {

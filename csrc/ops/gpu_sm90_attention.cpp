@@ -25,6 +25,14 @@ constexpr int64_t kMinWsTokens = 4096;
 
 namespace {
 
+// SAGEATTN_SK1_SM90 for a call on device, or nullopt where the kernel does not run: a GPU other than sm_90, or "0".
+std::optional<Sm90Use> sm90_use_on(const c10::Device& device) {
+  if (device_arch(device) != "sm_90") return std::nullopt;
+  const Sm90Use use = sm90_use();
+  if (use == Sm90Use::kOff) return std::nullopt;
+  return use;
+}
+
 sm90::Schedule pick_schedule(const AttentionArgs& a, bool fast, int64_t head_dim_pad, Sm90Use use) {
   const bool auto_ws = use == Sm90Use::kAuto && !fast && head_dim_pad == 128 && !a.is_causal &&
                        a.qo_len >= kMinWsTokens && a.kv_len >= kMinWsTokens;
@@ -84,10 +92,11 @@ bool launch(const sm90::QKAttentionParams& p) {
 
 }  // namespace
 
-bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use) {
-  if (!sm90_wanted(a, a.fp8, use)) return false;
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse) {
+  const std::optional<Sm90Use> use = sm90_use_on(a.q_int8.device());
+  if (!use || !sm90_wanted(a, a.fp8, *use)) return false;
   const HeadView hv = head_view(a.v, a.hnd);
-  sm90::QKAttentionParams p = params_without_v(a, out, lse, a.fp8, use);
+  sm90::QKAttentionParams p = params_without_v(a, out, lse, a.fp8, *use);
   p.v = a.v.const_data_ptr();
   p.v_type = a.fp8 ? sm90::VType::kFloat8
                    : a.v.scalar_type() == at::kBFloat16 ? sm90::VType::kBFloat16 : sm90::VType::kFloat16;
@@ -107,20 +116,20 @@ bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at:
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_sm90_fast_attention(
     const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
     const at::Tensor& v, int64_t qo_len, const std::string& layout, bool is_causal, at::ScalarType out_dtype) {
-  if (!v.is_cuda() || use_triton_prologue() || device_arch(v.device()) != "sm_90") return std::nullopt;
-  const Sm90Use use = sm90_use();
-  if (use == Sm90Use::kOff) return std::nullopt;
+  if (!v.is_cuda() || use_triton_prologue()) return std::nullopt;
+  const std::optional<Sm90Use> use = sm90_use_on(v.device());
+  if (!use) return std::nullopt;
   // V as given (16-bit): the checks of qk_int8_attention's accurate mode, which hold for the fast one too.
   const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, std::nullopt, qo_len, layout,
                                                is_causal, out_dtype);
-  if (!sm90_wanted(a, /*fast=*/true, use)) return std::nullopt;
+  if (!sm90_wanted(a, /*fast=*/true, *use)) return std::nullopt;
   // The calls qk_int8_attention's sm90 path refuses for its V transpose's grid keep the Triton kernel here too: the
   // fast mode at that size has not run on the sm90 kernel.
   if (a.batch * a.heads_k > 65535) return std::nullopt;
   const c10::cuda::CUDAGuard guard(v.device());
   auto [out, lse] = allocate_attention_out(a);
   if (lse.numel() == 0) return std::nullopt;  // no query or no head: qk_int8_attention returns the empty outputs
-  sm90::QKAttentionParams p = params_without_v(a, out, lse, /*fast=*/true, use);
+  sm90::QKAttentionParams p = params_without_v(a, out, lse, /*fast=*/true, *use);
   QuantVParams quant = quant_v_params(v, a.hnd);
   const int64_t v_scale_shape[] = {quant.batch, quant.heads, quant.head_dim};
   const int64_t workspace_bytes = quant_v_fp8_workspace_bytes(quant);

@@ -12,11 +12,12 @@
 
 namespace sage {
 
-// Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: either mode,
-// head_dim a multiple of 8, padded to 64 or 128, TMA-compatible V. With Sm90Use::kAuto it also leaves the calls where
-// it measured slower than the Triton kernel and picks the schedule that measured faster; kForce runs the serial
-// schedule, kForceWs the warp-specialized one. Returns false, having done nothing, when it does not take the call.
-bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse, Sm90Use use);
+// Runs the sm90 kernel into out / lse (allocated by allocate_attention_out) when it takes the call: an sm_90 GPU,
+// SAGEATTN_SK1_SM90 not "0", either mode, head_dim a multiple of 8, padded to 64 or 128, TMA-compatible V. With
+// Sm90Use::kAuto it also leaves the calls where it measured slower than the Triton kernel and picks the schedule
+// that measured faster; kForce runs the serial schedule, kForceWs the warp-specialized one. Returns false, having
+// done nothing, when it does not take the call.
+bool try_sm90_attention(const AttentionArgs& a, const at::Tensor& out, const at::Tensor& lse);
 
 // sage::attention's fast mode on sm_90 from the quantized Q and K and the 16-bit v: the V quantization writes the
 // kernel's V^T itself (no v_fp8, no transpose), then the kernel runs. The same bytes as sage::quant_v_fp8 followed

@@ -93,10 +93,7 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
   auto [out, lse] = allocate_attention_out(a);
   if (lse.numel() == 0) return {out, lse};
 #if defined(SAGE_WITH_SM90)
-  if (arch == "sm_90") {
-    const Sm90Use use = sm90_use();
-    if (use != Sm90Use::kOff && try_sm90_attention(a, out, lse, use)) return {out, lse};
-  }
+  if (try_sm90_attention(a, out, lse)) return {out, lse};
 #endif
   const int64_t dp = q_int8.size(3);
   const char *vt = triton_type(a.v.scalar_type()), *ot = triton_type(out_dtype);

@@ -44,9 +44,8 @@ inline QuantQKShapes quant_qk_shapes(const at::Tensor& q, const at::Tensor& k, b
   return s;
 }
 
-inline QuantQK allocate_quant_qk(const at::Tensor& q, const at::Tensor& k, bool hnd, bool smooth_k) {
-  const QuantQKShapes s = quant_qk_shapes(q, k, hnd, smooth_k);
-  const auto i8 = q.options().dtype(at::kChar), f32 = q.options().dtype(at::kFloat);
+inline QuantQK allocate_quant_qk(const QuantQKShapes& s, const at::TensorOptions& options) {
+  const auto i8 = options.dtype(at::kChar), f32 = options.dtype(at::kFloat);
   return {at::empty(s.q_int8, i8), at::empty(s.q_scale, f32), at::empty(s.k_int8, i8), at::empty(s.k_scale, f32),
           at::empty(s.k_mean, f32)};
 }
