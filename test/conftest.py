@@ -126,6 +126,15 @@ def make_qkv(b, hq, hk, nq, nk, d, dtype=torch.float16, layout="HND", device="cp
     return out
 
 
+def poison_allocator_cache():
+    """Leaves the CUDA caching allocator's free blocks, small (under 1 MiB, from 2 MiB segments) and large, holding
+    0xFF bytes (NaN in float32 and e4m3, -1 in int8): the next allocations reuse them, so a byte a kernel should
+    write and does not shows in its results."""
+    torch.cuda.empty_cache()
+    poison = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in [1 << 20] * 16 + [20 << 20] * 4]
+    del poison
+
+
 def to_hnd(t, layout):
     return t if layout == "HND" else t.transpose(1, 2)
 

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from conftest import accuracy, assert_accurate, exact_attention, make_qkv
+from conftest import accuracy, assert_accurate, exact_attention, make_qkv, poison_allocator_cache
 
 pytestmark = pytest.mark.gpu
 
@@ -149,9 +149,7 @@ def test_whole_call_gives_the_op_chains_bits(mode, smooth_k, b, hq, hk, nq, nk, 
     int8 -1), so that a byte the prologue should write and does not shows."""
     q, k, v = make_qkv(b, hq, hk, nq, nk, d, dtype=torch.bfloat16, layout=layout, device="cuda", seed=nq + nk + d)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    torch.cuda.empty_cache()  # then small blocks (under 1 MiB) and large ones cached over 0xFF bytes
-    poison = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in [1 << 20] * 16 + [20 << 20] * 4]
-    del poison
+    poison_allocator_cache()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out, lse = torch.ops.sage.attention_with_lse(q, k, v, layout, causal, None, smooth_k, mode)
     ops = {e.name for e in prof.events() if e.name.startswith("sage::")}

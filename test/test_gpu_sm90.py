@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from conftest import accuracy, assert_accurate, exact_attention, make_qkv
+from conftest import accuracy, assert_accurate, exact_attention, make_qkv, poison_allocator_cache
 from test_gpu_attention import check_query_beyond_2_to_the_31_elements, e4m3_floor_l1
 
 pytestmark = pytest.mark.gpu
@@ -200,11 +200,7 @@ def test_fast_mode_in_one_step_gives_the_op_pairs_bits(schedule, b, hq, hk, nq, 
     names = kernels(call)
     want = SM90_KERNELS[1] if schedule == "ws" else SM90_KERNELS[0]
     assert want in sm90_ran(names) and not any("transpose_v_fp8" in n for n in names), sorted(names)
-    # Every V^T here is under 1 MiB, so it comes from the caching allocator's 2 MiB segments of small blocks: fill
-    # 16 MiB of them with 0xFF and free them, so that the call's small buffers reuse that memory.
-    torch.cuda.empty_cache()
-    poison = [torch.full((1 << 20,), 0xFF, dtype=torch.uint8, device="cuda") for _ in range(16)]
-    del poison
+    poison_allocator_cache()
     out, lse = call()
     as16 = (lambda t: t.bfloat16()) if dtype == torch.float32 else (lambda t: t)  # noqa: E731
     qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(as16(q), as16(k), layout, d ** -0.5, False)

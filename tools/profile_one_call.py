@@ -82,10 +82,10 @@ def print_kernel_times(call, calls, title):
 
 
 def print_event_timed_call(call, calls):
-    """F27: one call between CUDA events (benchmarks/timing.py device_ms, as bench_attention times the long rows)
-    measured ~200 us above the GPU's span of a lone call under the profiler. This prints the same calls' event time
-    without and with the profiler and, for the profiled call of median event time, when each runtime call and aten
-    op was issued and when each kernel ran."""
+    """One call between CUDA events (benchmarks/timing.py device_ms, as bench_attention times the long rows) takes
+    longer than the GPU's span of a lone call (F27); F29 found why with this: the host's time before the first
+    kernel. This prints the same calls' event time without and with the profiler and, for the profiled call of
+    median event time, when each runtime call and aten op was issued and when each kernel ran."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -125,7 +125,7 @@ def timeline_rows(rows, window):
     lo, hi = window
     inside = sorted(r for r in rows if lo <= r[0] <= hi and r[3] != "event_timed_call" and
                     (r[2] == "gpu " or r[3].startswith(("cuda", "cu", "sage::", "aten::"))))
-    origin = next((r[0] for r in inside if r[3] == "cudaEventRecord"), lo)
+    origin = next((r[0] for r in inside if r[3].startswith("cudaEventRecord")), lo)  # ...WithFlags in torch 2.11
     return [f"    {side} {start - origin:+9.1f} us {us:8.1f} us  {name[:90]}" for start, us, side, name in inside]
 
 
