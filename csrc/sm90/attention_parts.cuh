@@ -264,19 +264,28 @@ struct OnlineSoftmax {
   const float* k_scales;
   int kv_len, nk_pad, row;
 
-  // Block n from its scores s: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast mode) and the
-  // rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal build masks
-  // (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
+  // The q.k scales of block n's two halves (the second 0 past nk_pad). The serial kernel loads them right after
+  // issuing the block's Q.K^T, so that the loads' latency passes during the wgmma instead of in front of the softmax.
+  struct KScales {
+    float s0, s1;
+  };
+  __device__ __forceinline__ KScales load_k_scales(const int n) const {
+    const int n0 = n * kBlockN;
+    return {q_scale * k_scales[n0 / kBlockK], n0 + kBlockK < nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f};
+  }
+
+  // Block n from its scores s and q.k scales: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast
+  // mode) and the rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal
+  // build masks (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
   template <bool MASKED>
-  __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const int cq,
-                                         float (&pf)[kBlockN / 2], float (&alpha)[2]) {
+  __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const KScales ks,
+                                         const int cq, float (&pf)[kBlockN / 2], float (&alpha)[2]) {
     const float kInf = __int_as_float(0x7f800000);
     const int n0 = n * kBlockN;
     // Scores in base 2 are x * mul, one mul per k-scale half of the block. Unmasked: x is the integer dot product,
     // mul the scales, and the max is taken on x (mul > 0 keeps the order, rounding too). Masked: x is already
     // scaled, -inf past kv_len and above the diagonal, and mul is 1.
-    const float scale0 = q_scale * k_scales[n0 / kBlockK];
-    const float scale1 = n0 + kBlockK < nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f;
+    const float scale0 = ks.s0, scale1 = ks.s1;
     const float mul0 = MASKED ? 1.0f : scale0, mul1 = MASKED ? 1.0f : scale1;
     float x[kBlockN / 2];
 #pragma unroll

@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     wgmma_fence();
     qk_tile<D>(s_acc, q_addr, smem_addr(k_tiles + k_stage * T::kKBytes));
     wgmma_commit();
+    const auto ks = softmax.load_k_scales(n);  // in flight during the wgmma
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
@@ -119,10 +120,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
       load_k<D, FP8>(k_tiles + k_stage * T::kKBytes, &k_map, &bars->k_full[k_stage], (n + kStages) * kBlockN, bhk);
     }
     if (n < n_full) {  // the packing in each branch lets ptxas merge e4m3 pairs in place (no PRMT)
-      softmax.template scores<false>(n, s_acc, cq, pf, alpha);
+      softmax.template scores<false>(n, s_acc, ks, cq, pf, alpha);
       softmax.pack(pf, p);
     } else {
-      softmax.template scores<true>(n, s_acc, cq, pf, alpha);
+      softmax.template scores<true>(n, s_acc, ks, cq, pf, alpha);
       softmax.pack(pf, p);
     }
 

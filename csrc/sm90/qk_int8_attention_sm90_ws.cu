@@ -128,9 +128,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], float (&pf)[kBlockN / 2],
                                  float (&alpha)[2]) {
     if (n < n_full) {
-      softmax.template scores<false>(n, s_acc, cq, pf, alpha);
+      softmax.template scores<false>(n, s_acc, softmax.load_k_scales(n), cq, pf, alpha);
     } else {
-      softmax.template scores<true>(n, s_acc, cq, pf, alpha);
+      softmax.template scores<true>(n, s_acc, softmax.load_k_scales(n), cq, pf, alpha);
     }
   };
   const auto fence_pv_operands = [&]() {  // O (or the fresh block accumulator) and P are written before the fence
