@@ -5,19 +5,33 @@ import time
 import torch
 
 
+def device_once(fn):
+    """GPU time of one call in ms, from a CUDA event pair around it; the GPU is idle before and after."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
+def wall_once(fn, sync=torch.cuda.synchronize):
+    """Wall time of one call in ms with the host included, synchronized after it."""
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def median(times):
+    return sorted(times)[len(times) // 2]
+
+
 def device_ms(fn, reps=20):
     """Median GPU time of one call, from a CUDA event pair around each call."""
     fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+    return median([device_once(fn) for _ in range(reps)])
 
 
 def wall_ms(fn, reps=200, device="cuda"):
@@ -25,10 +39,16 @@ def wall_ms(fn, reps=200, device="cuda"):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     fn()
     sync()
-    times = []
+    return median([wall_once(fn, sync) for _ in range(reps)])
+
+
+def interleaved_ms(fns, reps, once=device_once):
+    """{name: median ms} of the calls in fns ({name: fn}, each warmed up already) timed in turns: rep r times
+    every fn once before rep r + 1, so that what drifts during a run (clocks, the host, the other processes) falls
+    on every fn alike instead of on whichever is timed first."""
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2] * 1e3
+        for name, fn in fns.items():
+            times[name].append(once(fn))
+    return {name: median(t) for name, t in times.items()}
