@@ -125,12 +125,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   uint32_t p[kPRegs<FP8>];
   float alpha_prev[2];  // fast mode: block n - 1's alpha, applied when its P.V is added to O
 
-  const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], float (&pf)[kBlockN / 2],
-                                 float (&alpha)[2]) {
+  // Block n's k scales: the accurate mode loads them before waiting for the block's Q.K^T (early_scales), so that
+  // their latency passes during the wgmma; the fast mode where the softmax starts (loaded before the wait, they
+  // spill its causal D=128 instantiation).
+  using KScales = typename decltype(softmax)::KScales;
+  const auto early_scales = [&](int n) { return FP8 ? KScales{} : softmax.load_k_scales(n); };
+  const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], const KScales early,
+                                 float (&pf)[kBlockN / 2], float (&alpha)[2]) {
     if (n < n_full) {
-      softmax.template scores<false>(n, s_acc, softmax.load_k_scales(n), cq, pf, alpha);
+      softmax.template scores<false>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
     } else {
-      softmax.template scores<true>(n, s_acc, softmax.load_k_scales(n), cq, pf, alpha);
+      softmax.template scores<true>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
     }
   };
   const auto fence_pv_operands = [&]() {  // O (or the fresh block accumulator) and P are written before the fence
@@ -184,11 +189,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     qk_tile<D>(s_acc, q_addr, k_addr(0));
     wgmma_commit();
     named_bar_arrive(next_turn, kTurnThreads);
+    const KScales ks = early_scales(0);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
     release(&bars->k_empty[0]);
-    softmax_block(0, s_acc, pf, alpha);
+    softmax_block(0, s_acc, ks, pf, alpha);
     softmax.pack(pf, p);  // O is still 0: nothing to rescale
     alpha_prev[0] = alpha[0];
     alpha_prev[1] = alpha[1];
@@ -208,11 +214,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma_commit();
     issue_pv(n - 1);
     named_bar_arrive(next_turn, kTurnThreads);
+    const KScales ks = early_scales(n);
     wgmma_wait<1>();  // Q.K^T(n) is done, P.V(n - 1) may still run
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
     release(&bars->k_empty[n % kWsStages]);
-    softmax_block(n, s_acc, pf, alpha);
+    softmax_block(n, s_acc, ks, pf, alpha);
     fence_softmax(pf, alpha);  // the softmax stays before the wait, beside P.V(n - 1), and P is packed after it
     wgmma_wait<0>();
     fence_softmax(pf, alpha);
