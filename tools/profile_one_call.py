@@ -19,7 +19,7 @@ import torch_sage
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 # The benchmarks' timer and inputs, so that the calls here are bench_attention's calls, timed as it times them.
 from bench_attention import bench_inputs  # noqa: E402
-from timing import device_ms  # noqa: E402
+from timing import device_ms, device_once  # noqa: E402
 
 
 def main():
@@ -82,7 +82,7 @@ def print_kernel_times(call, calls, title):
 
 
 def print_event_timed_call(call, calls):
-    """One call between CUDA events (benchmarks/timing.py device_ms, as bench_attention times the long rows) takes
+    """One call between CUDA events (benchmarks/timing.py device_once, as bench_attention times the long rows) takes
     longer than the GPU's span of a lone call (F27); F29 found why with this: the host's time before the first
     kernel. This prints the same calls' event time without and with the profiler and, for the profiled call of
     median event time, when each runtime call and aten op was issued and when each kernel ran."""
@@ -90,13 +90,8 @@ def print_event_timed_call(call, calls):
     from torch.profiler import ProfilerActivity, profile, record_function
 
     def timed_call():
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with record_function("event_timed_call"):
-            s.record()
-            call()
-            e.record()
-            e.synchronize()
-        return s.elapsed_time(e) * 1e3
+            return device_once(call) * 1e3
 
     unprofiled = device_ms(call, calls) * 1e3  # does the profiler change the gap?
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

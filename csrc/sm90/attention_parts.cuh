@@ -264,8 +264,9 @@ struct OnlineSoftmax {
   const float* k_scales;
   int kv_len, nk_pad, row;
 
-  // The q.k scales of block n's two halves (the second 0 past nk_pad). The serial kernel loads them right after
-  // issuing the block's Q.K^T, so that the loads' latency passes during the wgmma instead of in front of the softmax.
+  // The q.k scales of block n's two halves (the second 0 past nk_pad). The kernels load them right after issuing the
+  // block's Q.K^T (all but the warp-specialized fast mode, qk_int8_attention_sm90_ws.cu), so that the loads' latency
+  // passes during the wgmma instead of in front of the softmax.
   struct KScales {
     float s0, s1;
   };

@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float alpha_prev[2];  // fast mode: block n - 1's alpha, applied when its P.V is added to O
 
   // Block n's k scales: the accurate mode loads them before waiting for the block's Q.K^T (early_scales), so that
-  // their latency passes during the wgmma; the fast mode where the softmax starts (loaded before the wait, they
-  // spill its causal D=128 instantiation).
+  // their latency passes during the wgmma; the fast mode inside each branch below, where the softmax starts (loaded
+  // before the wait, or once ahead of the branches, they spill its causal D=128 instantiation).
   using KScales = typename decltype(softmax)::KScales;
   const auto early_scales = [&](int n) { return FP8 ? KScales{} : softmax.load_k_scales(n); };
   const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], const KScales early,
