@@ -11,8 +11,9 @@
 #   e.g. "--shape 1,32,8192,128 --causal --mode fp8 --kernels 20; --shape 1,40,1024,128 --kernels 50"
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
-#   SAGE_AB_PATCH a diff in the tree (an untracked file travels with it), e.g. from `git diff main branch > ab.patch`:
-#   after everything else, apply it, rebuild and run the profiles and benchmarks again (logs *.patched.*)
+#   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main branch > ab.patch`:
+#   after everything else, each is applied alone, built, measured again (benchmark logs tagged with
+#   its name, profiles in the one profiles.txt), reverted
 # With pytest-xdist carried in .whl/, SAGE_TESTS="-n 4 test" and the build fit one call (446 s, F27); without it
 # the whole suite (~550 s on the H200) and the build do not fit one 600 s call together. SAGE_SUITE_BG=1 runs the
 # test step in the background from a copy of the tree (/tmp/sage_suite: the next call re-copies the working tree,
@@ -55,18 +56,18 @@ if [ -n "${SAGE_TESTS-test}" ]; then
   echo "tests exit: $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -30
 fi
 grep -E "^torch_sage setup:" "$OUT/build.log"
-# The profiles and benchmarks of the tree as built; $1 tags their logs ("" for the tree as given).
+# The profiles and benchmarks of the tree as built; $1 tags them ("" for the tree as given).
 measure() {
   local tag=$1
   IFS=';' read -ra profiles <<< "${SAGE_PROFILES-}"
   for args in "${profiles[@]}"; do
     [ -n "${args// }" ] || continue
-    echo "== profile_one_call.py $args $tag" | tee -a "$OUT/profiles$tag.txt"
-    timeout "$STEP" python3 tools/profile_one_call.py $args 2>&1 | grep -v -i warn | tee -a "$OUT/profiles$tag.txt"
+    echo "== profile_one_call.py $args $tag" | tee -a "$OUT/profiles.txt"
+    timeout "$STEP" python3 tools/profile_one_call.py $args 2>&1 | grep -v -i warn | tee -a "$OUT/profiles.txt"
   done
   for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
-    # A tagged run keeps only its log (a device call brings back a limited number of files).
-    local out=$OUT; [ -n "$tag" ] && out=/tmp/sage_bench$tag && mkdir -p "$out"
+    # An A/B keeps only the logs (a device call brings back at most 8 files).
+    local out=$OUT; [ -n "$tag${SAGE_AB_PATCH-}" ] && out=/tmp/sage_bench$tag && mkdir -p "$out"
     timeout "$STEP" python3 "benchmarks/$b.py" --out "$out" ${SAGE_BENCH_ARGS-} > "$OUT/$b$tag.log" 2>&1
     echo "$b$tag exit: $?"; cat "$OUT/$b$tag.log"
   done
@@ -77,13 +78,16 @@ for tool in ${SAGE_SANITIZERS-memcheck}; do
   timeout "$STEP" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tools/gpu_memcheck.py --attention --sm90 \
     > "$OUT/$tool.log" 2>&1; echo "$tool exit: $?"; tail -3 "$OUT/$tool.log"
 done
-# SAGE_AB_PATCH=file (a diff against the tree, e.g. `git diff main branch`): after all of the above, apply it, rebuild
-# and measure again, the logs tagged ".patched": an A/B of a change in one call, each side built alone.
-if [ -n "${SAGE_AB_PATCH-}" ]; then
-  git apply "$SAGE_AB_PATCH" || { echo "SAGE_AB_PATCH did not apply"; exit 1; }  # all or nothing
+# SAGE_AB_PATCH="a.patch b.patch" (diffs against the tree, e.g. `git diff main branch`): after all of the above, each
+# one alone is applied, built and measured (logs tagged ".a", ".b"), then reverted: an A/B of several changes in one
+# call, each side built alone. git apply is all or nothing.
+for patch in ${SAGE_AB_PATCH-}; do
+  tag=.$(basename "$patch" .patch)
+  git apply "$patch" || { echo "$patch did not apply"; exit 1; }
   t0=$(date +%s)
   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install -v --no-build-isolation --no-deps -e . \
-    > "$OUT/build.patched.log" 2>&1 || { tail -40 "$OUT/build.patched.log"; exit 1; }
-  echo "build (patched): $(( $(date +%s) - t0 )) s"
-  measure ".patched"
-fi
+    > /tmp/build$tag.log 2>&1 || { tail -40 /tmp/build$tag.log; exit 1; }
+  echo "build ($tag): $(( $(date +%s) - t0 )) s"
+  measure "$tag"
+  git apply -R "$patch" || { echo "$patch did not revert"; exit 1; }
+done
