@@ -41,10 +41,14 @@ if [ -n "${SAGE_SUITE_WAIT-}" ]; then
   cp /tmp/sage_suite.log "$OUT/gpu_tests.log"; grep -E "^(FAILED|ERROR)|passed|failed|^suite exit" "$OUT/gpu_tests.log" | tail -30
   exit 0
 fi
-t0=$(date +%s)
-TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install -v --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
-  || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+# Builds the tree for sm_90, its log in $1; prints the seconds it took ($2 names the build), or the log's end and stops.
+build() {
+  local t0; t0=$(date +%s)
+  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install -v --no-build-isolation --no-deps -e . > "$1" 2>&1 \
+    || { tail -40 "$1"; exit 1; }
+  echo "build$2: $(( $(date +%s) - t0 )) s"
+}
+build "$OUT/build.log" ""
 if [ -n "${SAGE_SUITE_BG-}" ]; then
   rm -rf /tmp/sage_suite && cp -a . /tmp/sage_suite
   # The subshell's own output redirected too: it waits for the suite, and a pipe it held (run_gpu.sh | tail) would
@@ -96,10 +100,7 @@ fi
 for patch in ${SAGE_AB_PATCH-}; do
   tag=.$(basename "$patch" .patch)
   git apply "$patch" || { echo "$patch did not apply"; exit 1; }
-  t0=$(date +%s)
-  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 -m pip install -v --no-build-isolation --no-deps -e . \
-    > /tmp/build$tag.log 2>&1 || { tail -40 /tmp/build$tag.log; exit 1; }
-  echo "build ($tag): $(( $(date +%s) - t0 )) s"
+  build "/tmp/build$tag.log" " ($tag)"
   measure "$tag"
   git apply -R "$patch" || { echo "$patch did not revert"; exit 1; }
 done
