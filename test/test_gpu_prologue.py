@@ -234,6 +234,14 @@ def test_unknown_setting_is_a_clear_error():
         prologue("cutlass", q, k, "HND", 0.125, False)
 
 
+@pytest.mark.parametrize("impl", ["hip", "triton"])
+@pytest.mark.parametrize("sm_scale", [math.inf, math.nan, 1e30])
+def test_sm_scale_out_of_range_is_an_error_with_either_prologue(impl, sm_scale):
+    q, k, _ = make_qkv(1, 1, 1, 10, 10, 64, device="cuda")
+    with pytest.raises(RuntimeError, match="sm_scale must be finite"):
+        prologue(impl, q, k, "HND", sm_scale, False)
+
+
 def kernel_names(fn):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()

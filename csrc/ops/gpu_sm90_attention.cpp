@@ -13,7 +13,7 @@
 namespace sage {
 
 // Below this many keys the fast mode runs the Triton kernel: the sm90 path measured slower there, with its V
-// transpose (F18: 256 keys 0.075 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099) and without it,
+// transpose (F18: 256 keys 0.077 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099) and without it,
 // the V quantized straight into V^T (F29: 256 keys 0.053 against 0.049).
 constexpr int64_t kMinFastKeys = 512;
 
