@@ -13,6 +13,10 @@ constexpr int64_t kMaxHeadDim = 256;
 constexpr float kFp8Max = 448.0f;  // largest finite float8_e4m3fn
 constexpr double kLog2Fp8Max = 8.807354922057604;  // log2(kFp8Max): the fast mode makes p * kFp8Max as exp2(... + it)
 constexpr double kLog2e = 1.4426950408889634;  // scores are in base 2: q is scaled by sm_scale * log2(e)
+// |sm_scale| at most this: beyond it the float32 scores can overflow where exact attention stays finite (with float16
+// inputs |q . k| <= 256 * 65504^2 ~ 1.1e12, times 1.44e6 is ~1.6e18, far inside float32; at 1e36 the scores of
+// ordinary inputs are inf and every row NaN). Real models use 1/sqrt(head_dim) or a small multiple.
+constexpr double kMaxSmScale = 1e6;
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 

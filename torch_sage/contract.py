@@ -14,6 +14,7 @@ HEAD_DIMS_PAD = (64, 128, 256)  # the head_dim sizes the kernels are built for
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 LOG2_FP8_MAX = math.log2(FP8_MAX)  # the fast mode makes p * FP8_MAX as exp2(s - m + LOG2_FP8_MAX)
 LOG2E = 1.4426950408889634  # scores are computed in base 2: q is scaled by sm_scale * log2(e)
+MAX_SM_SCALE = 1e6  # |sm_scale| at most this: beyond it the float32 scores can overflow (csrc/contract.h says why)
 LAYOUTS = ("HND", "NHD")
 
 
@@ -56,6 +57,13 @@ def quant_qk_shapes(q_bhnd, k_bhnd, smooth_k: bool):
     dp, nq_pad, nk_pad = padded_head_dim(d), round_up(nq, BLOCK_Q), round_up(nk, BLOCK_K)
     return ((bq, hq, nq_pad, dp), (bq, hq, nq_pad // BLOCK_Q), (bk, hk, nk_pad, dp), (bk, hk, nk_pad // BLOCK_K),
             (bk, hk, d) if smooth_k else (0,))
+
+
+def check_sm_scale(sm_scale: float) -> None:
+    """Raises RuntimeError, as the C++ ops do, for an sm_scale that is not finite or beyond MAX_SM_SCALE."""
+    if not (math.isfinite(sm_scale) and abs(sm_scale) <= MAX_SM_SCALE):
+        raise RuntimeError(f"sage: sm_scale must be finite with |sm_scale| <= 1e6 (beyond it the float32 scores can "
+                           f"overflow), got {sm_scale}")
 
 
 PV_MODES = ("auto", "fp16", "fp8")  # P.V in V's 16-bit type (accurate), in e4m3 (fast), or the arch's choice

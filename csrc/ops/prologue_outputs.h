@@ -13,12 +13,8 @@ struct QuantQK {
   at::Tensor q_int8, q_scale, k_int8, k_scale, k_mean;
 };
 
-constexpr double kMaxSmScale = 1e6;
-
-// sm_scale * log2(e), formed in double and rounded once to float32, so every backend folds the same number.
-// |sm_scale| is bounded so that the float32 scores cannot overflow where exact attention stays finite: with
-// float16 inputs |q . k| <= 256 * 65504^2 ~ 1.1e12, times 1.44e6 is ~1.6e18, far inside float32 (at 1e36 the
-// scores of ordinary inputs are inf and every row NaN). Real models use 1/sqrt(head_dim) or a small multiple.
+// sm_scale * log2(e), formed in double and rounded once to float32, so every backend folds the same number, after
+// checking sm_scale against kMaxSmScale (csrc/contract.h).
 inline float q_multiplier(double sm_scale) {
   TORCH_CHECK(std::isfinite(sm_scale) && std::fabs(sm_scale) <= kMaxSmScale, "sage: sm_scale must be finite with "
               "|sm_scale| <= 1e6 (beyond it the float32 scores can overflow), got ", sm_scale);
