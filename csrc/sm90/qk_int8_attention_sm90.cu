@@ -51,6 +51,13 @@ struct Barriers {
 template <int D>
 constexpr int kCtasPerSm = D == 64 ? 4 : 3;
 
+// An sm_90 SM has 228 KiB of shared memory, and each CTA costs its dynamic bytes and 1 KiB the runtime reserves.
+template <int D, bool FP8>
+constexpr bool kFitsCtasPerSm = kCtasPerSm<D> * (Smem<D, FP8>::kAllocBytes + 1024) <= 228 * 1024;
+static_assert(kFitsCtasPerSm<64, false> && kFitsCtasPerSm<64, true> && kFitsCtasPerSm<128, false> &&
+                  kFitsCtasPerSm<128, true>,
+              "shared memory for kCtasPerSm CTAs an SM");
+
 template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     qk_int8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
