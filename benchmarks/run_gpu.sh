@@ -15,7 +15,7 @@
 #   instructions executed) comes back as ncu_sass.csv, the section summary as ncu_details.csv. E.g.
 #   SAGE_NCU="qk_int8_attention_ws_kernel|--shape 1,40,8192,128 --dtype bfloat16"
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
-#   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main branch > ab.patch`:
+#   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main...branch > ab.patch`:
 #   after everything else, each is applied alone, built, measured again (benchmark logs tagged with
 #   its name, profiles in the one profiles.txt), reverted
 # With pytest-xdist carried in .whl/, SAGE_TESTS="-n 4 test" and the build fit one call (446 s, F27); without it
@@ -94,7 +94,7 @@ if [ -n "${SAGE_NCU-}" ]; then
   ncu --import /tmp/sage_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
   ncu --import /tmp/sage_ncu.ncu-rep --page details --csv > "$OUT/ncu_details.csv" 2>&1
 fi
-# SAGE_AB_PATCH="a.patch b.patch" (diffs against the tree, e.g. `git diff main branch`): after all of the above, each
+# SAGE_AB_PATCH="a.patch b.patch" (diffs against the tree, e.g. `git diff main...branch`): after all of the above, each
 # one alone is applied, built and measured (logs tagged ".a", ".b"), then reverted: an A/B of several changes in one
 # call, each side built alone. git apply is all or nothing.
 for patch in ${SAGE_AB_PATCH-}; do

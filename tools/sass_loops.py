@@ -2,9 +2,9 @@
 
 python tools/sass_loops.py A.sass[,B.sass...] NAME_PART [--min 100]
 
-Each .sass is `cuobjdump -sass` of a cubin (e.g. `nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc
+Each .sass is `cuobjdump -sass` of one .cu file's cubin (e.g. `nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc
 -I csrc/hip -cubin -o ws.cubin csrc/sm90/qk_int8_attention_sm90_ws.cu`). For the first function whose mangled name
-holds NAME_PART after "kernelI" (the template arguments: e.g. Li128ELb1E13__nv_bfloat16Lb0ELb0E is D=128, bf16 V,
+starts with NAME_PART after "kernelI" (the template arguments: e.g. Li128ELb1E13__nv_bfloat16Lb0ELb0E is D=128, bf16 V,
 bf16 out, not causal, accurate), prints every backward branch's range with at least --min instructions (a loop body,
 outer loops enclosing inner ones) and its count of the opcodes that matter to the softmax and the products.
 """
