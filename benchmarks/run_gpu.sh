@@ -11,8 +11,9 @@
 #   e.g. "--shape 1,32,8192,128 --causal --mode fp8 --kernels 20; --shape 1,40,1024,128 --kernels 50"
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_NCU "kernel regex|tools/profile_one_call.py arguments": the second launch of that kernel under ncu with the
-#   SourceCounters (PC sampling) and WarpStateStats sections; its page per SASS instruction (stall samples by reason,
-#   instructions executed) comes back as ncu_sass.csv, the section summary as ncu_details.csv. E.g.
+#   SourceCounters (PC sampling), WarpStateStats, SpeedOfLight and MemoryWorkloadAnalysis sections; its page per SASS
+#   instruction (stall samples by reason, instructions executed) comes back as ncu_sass.csv, the section summary
+#   (L2 and shared-memory throughput among them) as ncu_details.csv. E.g.
 #   SAGE_NCU="qk_int8_attention_ws_kernel|--shape 1,40,8192,128 --dtype bfloat16"
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
 #   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main...branch > ab.patch`:
@@ -89,7 +90,8 @@ done
 if [ -n "${SAGE_NCU-}" ]; then
   IFS='|' read -r ncu_kernel ncu_args <<< "$SAGE_NCU"
   timeout "$STEP" ncu --clock-control none -k "regex:$ncu_kernel" -s 1 -c 1 --section SourceCounters \
-    --section WarpStateStats -f -o /tmp/sage_ncu python3 tools/profile_one_call.py $ncu_args > "$OUT/ncu.log" 2>&1
+    --section WarpStateStats --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o /tmp/sage_ncu \
+    python3 tools/profile_one_call.py $ncu_args > "$OUT/ncu.log" 2>&1
   echo "ncu exit: $?"; tail -5 "$OUT/ncu.log"
   ncu --import /tmp/sage_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
   ncu --import /tmp/sage_ncu.ncu-rep --page details --csv > "$OUT/ncu_details.csv" 2>&1
