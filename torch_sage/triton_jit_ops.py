@@ -17,7 +17,7 @@ from . import arch, contract, ops
 
 
 def _quant_qk_int8_triton(q, k, tensor_layout, sm_scale, smooth_k):
-    contract.check_sm_scale(sm_scale)  # the C++ op checks it before it calls this; a build without GPU code does not
+    contract.check_sm_scale(sm_scale)  # the Triton prologue's one check (the HIP one's is q_multiplier, in C++)
     arch.check_device(q.device)  # supported GPU (gfx1200 opt-in, sm_80+), else a clear error
     from .triton_quant import quant_qk_int8_triton
 

@@ -94,7 +94,6 @@ QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
-  q_multiplier(sm_scale);  // its sm_scale check, before the Triton prologue too (an error here, not in Python)
   if (use_triton_prologue()) return triton_prologue(q, k, layout, sm_scale, smooth_k);
   const c10::cuda::CUDAGuard guard(q.device());
   const QuantQKShapes s = quant_qk_shapes(q, k, hnd, smooth_k);
