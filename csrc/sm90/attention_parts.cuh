@@ -278,7 +278,9 @@ struct OnlineSoftmax {
   // Block n from its scores s and q.k scales: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast
   // mode) and the rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal
   // build masks (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
-  template <bool MASKED>
+  // INTEGER_MAX: unmasked, the row maxima are taken on the integer dot products (fewer instructions; the
+  // warp-specialized kernel's causal fast consumers spill 16 bytes with it, so that kernel keeps the float maxima).
+  template <bool MASKED, bool INTEGER_MAX = true>
   __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const KScales ks,
                                          const int cq, float (&pf)[kBlockN / 2], float (&alpha)[2]) {
     const float kInf = __int_as_float(0x7f800000);
@@ -310,13 +312,28 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       // Partial maxima and sums over independent chains (two a k-scale half, four sums) keep dependencies short.
-      float part[4] = {-kInf, -kInf, -kInf, -kInf};  // [2 * half + (j & 1)]
+      // On the integer dot products (three-way integer max instructions), the max converts to the same float as the
+      // max of the converted values: conversion is monotone.
+      float mx0, mx1;
+      if constexpr (MASKED || !INTEGER_MAX) {
+        float part[4] = {-kInf, -kInf, -kInf, -kInf};  // [2 * half + (j & 1)]
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
-        part[c] = fmaxf(part[c], fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
+          part[c] = fmaxf(part[c], fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
+        }
+        mx0 = fmaxf(part[0], part[1]);
+        mx1 = fmaxf(part[2], part[3]);
+      } else {
+        int part[4] = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j) {
+          const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
+          part[c] = max(part[c], max(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+        }
+        mx0 = static_cast<float>(max(part[0], part[1]));
+        mx1 = static_cast<float>(max(part[2], part[3]));
       }
-      const float mx0 = fmaxf(part[0], part[1]), mx1 = fmaxf(part[2], part[3]);
       float mx = fmaxf(m_row[i], fmaxf(mx0 * mul0, mx1 * mul1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));

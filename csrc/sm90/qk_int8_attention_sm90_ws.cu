@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], const KScales early,
                                  float (&pf)[kBlockN / 2], float (&alpha)[2]) {
     if (n < n_full) {
-      softmax.template scores<false>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
+      softmax.template scores<false, false>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
     } else {
       softmax.template scores<true>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
     }
