@@ -7,6 +7,8 @@ Each .sass is `cuobjdump -sass` of one .cu file's cubin (e.g. `nvcc -std=c++17 -
 starts with NAME_PART after "kernelI" (the template arguments: e.g. Li128ELb1E13__nv_bfloat16Lb0ELb0E is D=128, bf16 V,
 bf16 out, not causal, accurate), prints every backward branch's range with at least --min instructions (a loop body,
 outer loops enclosing inner ones) and its count of the opcodes that matter to the softmax and the products.
+A range is what the loop holds, not what one pass runs: the sm90 key-block loop holds both the masked and the unmasked
+softmax, and a block runs one of them (docs/FINDINGS.md F37).
 """
 import argparse
 import collections
