@@ -12,9 +12,9 @@
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
 #   SAGE_NCU "kernel regex|tools/profile_one_call.py arguments": the second launch of that kernel under ncu with the
 #   SourceCounters (PC sampling), WarpStateStats, SpeedOfLight, ComputeWorkloadAnalysis (pipe utilization),
-#   InstructionStats and MemoryWorkloadAnalysis sections, after the tree's benchmarks (not an A/B's: a call brings
+#   InstructionStats and MemoryWorkloadAnalysis sections, on the tree as given (not an A/B's builds: a call brings
 #   back at most 8 files); its page per SASS instruction (stall samples by reason, instructions executed) comes back
-#   as ncu_sass.csv, the section summary as ncu_details.csv. E.g.
+#   as ncu_sass.csv, the section summary (pipes, L2 and shared-memory throughput among them) as ncu_details.csv. E.g.
 #   SAGE_NCU="qk_int8_attention_ws_kernel|--shape 1,40,8192,128 --dtype bfloat16"
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
 #   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main...branch > ab.patch`:
@@ -66,17 +66,6 @@ if [ -n "${SAGE_TESTS-test}" ]; then
   echo "tests exit: $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -30
 fi
 grep -E "^torch_sage setup:" "$OUT/build.log"
-# SAGE_NCU's profile of the tree as built.
-ncu_profile() {
-  IFS='|' read -r ncu_kernel ncu_args <<< "$SAGE_NCU"
-  timeout "$STEP" ncu --clock-control none -k "regex:$ncu_kernel" -s 1 -c 1 --section SourceCounters \
-    --section WarpStateStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
-    --section MemoryWorkloadAnalysis -f -o /tmp/sage_ncu python3 tools/profile_one_call.py $ncu_args \
-    > "$OUT/ncu.log" 2>&1
-  echo "ncu exit: $?"; tail -5 "$OUT/ncu.log"
-  ncu --import /tmp/sage_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
-  ncu --import /tmp/sage_ncu.ncu-rep --page details --csv > "$OUT/ncu_details.csv" 2>&1
-}
 # The profiles and benchmarks of the tree as built; $1 tags them ("" for the tree as given).
 measure() {
   local tag=$1
@@ -92,7 +81,6 @@ measure() {
     timeout "$STEP" python3 "benchmarks/$b.py" --out "$out" ${SAGE_BENCH_ARGS-} > "$OUT/$b$tag.log" 2>&1
     echo "$b$tag exit: $?"; cat "$OUT/$b$tag.log"
   done
-  if [ -n "${SAGE_NCU-}" ] && [ -z "$tag" ]; then ncu_profile; fi
 }
 measure ""
 # compute-sanitizer tools, one run each (default memcheck; e.g. SAGE_SANITIZERS="memcheck racecheck synccheck").
@@ -100,6 +88,16 @@ for tool in ${SAGE_SANITIZERS-memcheck}; do
   timeout "$STEP" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tools/gpu_memcheck.py --attention --sm90 \
     > "$OUT/$tool.log" 2>&1; echo "$tool exit: $?"; tail -3 "$OUT/$tool.log"
 done
+if [ -n "${SAGE_NCU-}" ]; then
+  IFS='|' read -r ncu_kernel ncu_args <<< "$SAGE_NCU"
+  timeout "$STEP" ncu --clock-control none -k "regex:$ncu_kernel" -s 1 -c 1 --section SourceCounters \
+    --section WarpStateStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
+    --section MemoryWorkloadAnalysis -f -o /tmp/sage_ncu python3 tools/profile_one_call.py $ncu_args \
+    > "$OUT/ncu.log" 2>&1
+  echo "ncu exit: $?"; tail -5 "$OUT/ncu.log"
+  ncu --import /tmp/sage_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
+  ncu --import /tmp/sage_ncu.ncu-rep --page details --csv > "$OUT/ncu_details.csv" 2>&1
+fi
 # SAGE_AB_PATCH="a.patch b.patch" (diffs against the tree, e.g. `git diff main...branch`): after all of the above, each
 # one alone is applied, built and measured (logs tagged ".a", ".b"), then reverted: an A/B of several changes in one
 # call, each side built alone. git apply is all or nothing.
