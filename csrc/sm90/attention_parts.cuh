@@ -275,11 +275,28 @@ struct OnlineSoftmax {
     return {q_scale * k_scales[n0 / kBlockK], n0 + kBlockK < nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f};
   }
 
+  // Row i's maxima over each k-scale half of v (the scaled floats, or the integer dot products), each over two
+  // independent chains [2 * half + (j & 1)] that start from their first pairs: a -inf or INT32_MIN seed would cost
+  // an instruction a chain (ptxas keeps max(-inf, x), which differs from x when x is NaN).
+  template <typename T>
+  __device__ __forceinline__ static void half_maxima(const T (&v)[kBlockN / 2], const int i, T& mx0, T& mx1) {
+    constexpr int kHalf = kBlockN / 16;  // values j of one k-scale half
+    T part[4];
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int c = 2 * (j / kHalf) + (j & 1);
+      const T pair = max(v[4 * j + 2 * i], v[4 * j + 2 * i + 1]);
+      part[c] = j % kHalf < 2 ? pair : max(part[c], pair);
+    }
+    mx0 = max(part[0], part[1]);
+    mx1 = max(part[2], part[3]);
+  }
+
   // Block n from its scores s and q.k scales: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast
   // mode) and the rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal
   // build masks (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
   // INTEGER_MAX: unmasked, the row maxima are taken on the integer dot products (fewer instructions; the
-  // warp-specialized kernel's causal fast consumers spill 16 bytes with it, so that kernel keeps the float maxima).
+  // warp-specialized kernel's causal fast consumers spill 16 bytes with it, so they keep the float maxima).
   template <bool MASKED, bool INTEGER_MAX = true>
   __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const KScales ks,
                                          const int cq, float (&pf)[kBlockN / 2], float (&alpha)[2]) {
@@ -316,23 +333,12 @@ struct OnlineSoftmax {
       // max of the converted values: conversion is monotone.
       float mx0, mx1;
       if constexpr (MASKED || !INTEGER_MAX) {
-        float part[4] = {-kInf, -kInf, -kInf, -kInf};  // [2 * half + (j & 1)]
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-          const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
-          part[c] = fmaxf(part[c], fmaxf(x[4 * j + 2 * i], x[4 * j + 2 * i + 1]));
-        }
-        mx0 = fmaxf(part[0], part[1]);
-        mx1 = fmaxf(part[2], part[3]);
+        half_maxima(x, i, mx0, mx1);
       } else {
-        int part[4] = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-          const int c = 2 * (j / (kBlockN / 16)) + (j & 1);
-          part[c] = max(part[c], max(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-        }
-        mx0 = static_cast<float>(max(part[0], part[1]));
-        mx1 = static_cast<float>(max(part[2], part[3]));
+        int32_t imx0, imx1;
+        half_maxima(s, i, imx0, imx1);
+        mx0 = static_cast<float>(imx0);
+        mx1 = static_cast<float>(imx1);
       }
       float mx = fmaxf(m_row[i], fmaxf(mx0 * mul0, mx1 * mul1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -340,13 +346,13 @@ struct OnlineSoftmax {
       const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
       alpha[i] = fast_exp2(m_row[i] - kShift - m_use);
       m_row[i] = mx;
-      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float sums[4];  // each starts from its first pair: 0 + x is an instruction, and the same bits (x >= 0)
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         const float mul = j < kBlockN / 16 ? mul0 : mul1;
         const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul, -m_use));
         const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul, -m_use));
-        sums[j & 3] += p0 + p1;
+        sums[j & 3] = j < 4 ? p0 + p1 : sums[j & 3] + (p0 + p1);
         pf[4 * j + 2 * i] = p0;
         pf[4 * j + 2 * i + 1] = p1;
       }
