@@ -14,7 +14,8 @@
 #   SourceCounters (PC sampling), WarpStateStats, SpeedOfLight, ComputeWorkloadAnalysis (pipe utilization),
 #   InstructionStats and MemoryWorkloadAnalysis sections, on the tree as given (not an A/B's builds: a call brings
 #   back at most 8 files); its page per SASS instruction (stall samples by reason, instructions executed) comes back
-#   as ncu_sass.csv, the section summary (pipes, L2 and shared-memory throughput among them) as ncu_details.csv. E.g.
+#   as ncu_sass.csv, the section summary (L2 and shared-memory throughput among them) as ncu_details.csv, every metric
+#   (the pipes' utilization among them) as ncu_raw.csv. E.g.
 #   SAGE_NCU="qk_int8_attention_ws_kernel|--shape 1,40,8192,128 --dtype bfloat16"
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
 #   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main...branch > ab.patch`:
@@ -97,6 +98,9 @@ if [ -n "${SAGE_NCU-}" ]; then
   echo "ncu exit: $?"; tail -5 "$OUT/ncu.log"
   ncu --import /tmp/sage_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
   ncu --import /tmp/sage_ncu.ncu-rep --page details --csv > "$OUT/ncu_details.csv" 2>&1
+  # Every metric collected, one column each: the pipes' utilization (sm__pipe_*, sm__inst_executed_pipe_*) is here
+  # only, not on the details page.
+  ncu --import /tmp/sage_ncu.ncu-rep --page raw --csv > "$OUT/ncu_raw.csv" 2>&1
 fi
 # SAGE_AB_PATCH="a.patch b.patch" (diffs against the tree, e.g. `git diff main...branch`): after all of the above, each
 # one alone is applied, built and measured (logs tagged ".a", ".b"), then reverted: an A/B of several changes in one
