@@ -295,8 +295,7 @@ struct OnlineSoftmax {
   // Block n from its scores s and q.k scales: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast
   // mode) and the rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal
   // build masks (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
-  // INTEGER_MAX: unmasked, the row maxima are taken on the integer dot products (fewer instructions; the
-  // warp-specialized kernel's causal fast consumers spill 16 bytes with it, so they keep the float maxima).
+  // INTEGER_MAX: unmasked, the row maxima are taken on the integer dot products (fewer instructions).
   template <bool MASKED, bool INTEGER_MAX = true>
   __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const KScales ks,
                                          const int cq, float (&pf)[kBlockN / 2], float (&alpha)[2]) {
