@@ -9,7 +9,7 @@ method's calls in a row; the "b2b" columns time 4 calls queued back to back betw
 attention kernel alone, precompiled (C++ launch) against Triton's JIT of the same source, and the first call in a
 fresh process with an empty Triton cache.
 
-python benchmarks/bench_attention.py [--out DIR] [--quick] [--methods sage-auto,sage-fp8]
+python benchmarks/bench_attention.py [--out DIR] [--quick] [--methods sage-auto,sage-fp8] [--tokens 32760,75600]
 """
 import argparse
 import contextlib
@@ -152,6 +152,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--methods", help="comma-separated name prefixes to time (sdpa-cudnn, the reference, always); "
                    "with it, the kernel-alone and first-call parts are left out")
+    p.add_argument("--tokens", help="comma-separated sequence lengths N: only the rows of those (an A/B's long rows)")
     args = p.parse_args()
     ms = methods()
     if args.methods:
@@ -161,7 +162,11 @@ def main():
     header = (f"{'B,H,N,D,causal':24s}{'method':>21s}{'ms':>10s}{'TOPS':>8s}{'/cuDNN':>8s}{'cosine':>10s}{'rel L1':>9s}"
               f"{'b2b ms':>10s}{'/cuDNN':>8s}")
     print(header)
-    for shape in SHAPES + SHORT:
+    shapes = SHAPES + SHORT
+    if args.tokens:
+        wanted = {int(n) for n in args.tokens.split(",")}
+        shapes = [s for s in shapes if s[2] in wanted]
+    for shape in shapes:
         b, h, n, d, causal = shape
         short = shape in SHORT
         q, k, v = bench_inputs(b, h, n, d)

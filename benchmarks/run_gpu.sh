@@ -6,7 +6,8 @@
 #   SAGE_BENCHES="" SAGE_SANITIZERS="" bash benchmarks/run_gpu.sh   then   SAGE_TESTS="" bash benchmarks/run_gpu.sh
 #   SAGE_TESTS   pytest selection (default: test, the whole suite, as README's test command runs it; "" for none),
 #   SAGE_BENCHES (default: bench_prologue bench_attention); SAGE_BENCH_ARGS, more arguments for each, e.g.
-#   "--methods sage-auto,sage-triton" (bench_attention: those rows and cuDNN's only)
+#   "--methods sage-auto,sage-triton" (bench_attention: those rows and cuDNN's only; "--tokens 32760,75600": only the
+#   rows of those sequence lengths)
 #   SAGE_PROFILES ';'-separated argument lists for tools/profile_one_call.py, each run after the tests (default: none),
 #   e.g. "--shape 1,32,8192,128 --causal --mode fp8 --kernels 20; --shape 1,40,1024,128 --kernels 50"
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
