@@ -166,6 +166,8 @@ def main():
     if args.tokens:
         wanted = {int(n) for n in args.tokens.split(",")}
         shapes = [s for s in shapes if s[2] in wanted]
+        if not shapes:
+            p.error(f"--tokens {args.tokens}: no row has those lengths ({sorted({s[2] for s in SHAPES + SHORT})})")
     for shape in shapes:
         b, h, n, d, causal = shape
         short = shape in SHORT
