@@ -146,13 +146,22 @@ def kernel_aot_vs_jit(quick):
     return "\n".join(lines)
 
 
+def token_counts(text):
+    """--tokens' value: a set of sequence lengths (argparse turns the error into a usage message)."""
+    try:
+        return {int(n) for n in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers expected") from None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=".")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
-    p.add_argument("--methods", help="comma-separated name prefixes to time (sdpa-cudnn, the reference, always); "
-                   "with it, the kernel-alone and first-call parts are left out")
-    p.add_argument("--tokens", help="comma-separated sequence lengths N: only the rows of those (an A/B's long rows)")
+    p.add_argument("--methods", help="comma-separated name prefixes to time (sdpa-cudnn, the reference, always)")
+    p.add_argument("--tokens", type=token_counts,
+                   help="comma-separated sequence lengths N: only the rows of those (an A/B's long rows); with it or "
+                   "--methods, the kernel-alone and first-call parts are left out")
     args = p.parse_args()
     ms = methods()
     if args.methods:
@@ -164,10 +173,9 @@ def main():
     print(header)
     shapes = SHAPES + SHORT
     if args.tokens:
-        wanted = {int(n) for n in args.tokens.split(",")}
-        shapes = [s for s in shapes if s[2] in wanted]
+        shapes = [s for s in shapes if s[2] in args.tokens]
         if not shapes:
-            p.error(f"--tokens {args.tokens}: no row has those lengths ({sorted({s[2] for s in SHAPES + SHORT})})")
+            p.error(f"--tokens {sorted(args.tokens)}: no row has those lengths ({sorted({s[2] for s in SHAPES + SHORT})})")
     for shape in shapes:
         b, h, n, d, causal = shape
         short = shape in SHORT
@@ -208,7 +216,7 @@ def main():
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; "
           "short calls: wall time per call, host included")
-    if not args.methods:
+    if not (args.methods or args.tokens):
         with sm90_setting("0"):  # sage::qk_int8_attention's Triton image, also on sm_90
             print(kernel_aot_vs_jit(args.quick))
         print(first_call_seconds())
