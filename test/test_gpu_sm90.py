@@ -93,7 +93,9 @@ def test_matches_cpu_kernel(schedule, layout, d, mode, nq, nk, causal):
     scale = cpu_out.float().abs().max().item()
     tol = 2e-2 if mode == "fp8" else 4e-3
     torch.testing.assert_close(out.cpu().float(), cpu_out.float(), atol=tol * scale, rtol=tol)
-    torch.testing.assert_close(lse.cpu(), cpu_lse, atol=1e-3, rtol=1e-4)
+    # The Hopper kernel's fast mode without a mask sums e4m3(p * 448) into l, the CPU kernel p (SEMANTICS.md).
+    torch.testing.assert_close(lse.cpu(), cpu_lse, atol=3e-2 if mode == "fp8" and not causal else 1e-3,
+                               rtol=1e-4)
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 8, 2048, 2048, 128), (2, 4, 4, 1500, 1500, 64)])

@@ -143,17 +143,41 @@ __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[k
 // Fast mode: o_blk = P.V of one key block (a fresh accumulator: the fp8 wgmma keeps ~22 bits, so blocks are summed
 // in float32 outside it). V^T rows are head_dim, 128 keys each (one 128B-swizzled row), permuted in groups of 16
 // (csrc/hip/vt_layout.h) so that register r of the A fragment holds the keys this thread's S accumulators hold.
-template <int D>
-__device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2], const uint32_t (&p)[kBlockN / 8], uint32_t vt_addr) {
+// SUMS: 8 more columns of V^T follow its D rows (the CTA's ones group, tensor_sum_rows below), and o_blk holds
+// D / 2 + 4 values: the block's row sums of e4m3(P) come out in o_blk[D / 2] and o_blk[D / 2 + 2] of lane % 4 = 0.
+template <int D, bool SUMS = false>
+__device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2 + (SUMS ? 4 : 0)], const uint32_t (&p)[kBlockN / 8],
+                                            uint32_t vt_addr) {
   const uint64_t vt_desc = make_smem_desc(vt_addr, 16, 1024, Swizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 32; ++kk) {
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     const uint64_t desc = desc_advance(vt_desc, kk * 32);
-    if constexpr (D == 128) wgmma_m64n128k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
-    else wgmma_m64n64k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+    if constexpr (SUMS) {
+      if constexpr (D == 128) wgmma_m64n136k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+      else wgmma_m64n72k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+    } else {
+      if constexpr (D == 128) wgmma_m64n128k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+      else wgmma_m64n64k32_f32_e4m3_rs(o_blk, a, desc, kk > 0);
+    }
   }
 }
+
+// The 8 rows of V^T after a stage's D rows (1 KB, one 128B-swizzle group): row 0 e4m3 ones (0x38), rows 2, 4 and 6
+// zeros, so that column D + 2 (lane % 4) of P.V is the row sum in lane % 4 = 0 and 0 in the others (store_rows adds
+// a quad's values). Rows 1, 3, 5 and 7 are never read into a used column: the barriers may live there. Thread t of
+// the CTA's 128 writes 8 bytes of rows 0, 2, 4, 6 of group 0 and group 1.
+__device__ __forceinline__ void tensor_sum_rows(uint8_t* group0, uint8_t* group1) {
+  const int t = threadIdx.x % 64, row = 2 * (t / 16), off = row * 128 + 8 * (t % 16);
+  uint8_t* g = threadIdx.x < 64 ? group0 : group1;
+  st_shared_twice_for_async(smem_addr(g + off), row == 0 ? 0x38383838u : 0u);
+}
+
+// Whether the fast mode's row sums come from P.V (pv_tile_fp8<D, true>, tensor_sum_rows): not under a causal mask,
+// where the ws kernel's D=128 consumers spill with its 4 more accumulators (docs/FINDINGS.md F42), and both
+// schedules give the same bits.
+template <bool CAUSAL, bool FP8>
+constexpr bool kTensorSums = FP8 && !CAUSAL;
 
 template <bool FP8>
 constexpr int kPRegs = FP8 ? kBlockN / 8 : kBlockN / 4;  // P's A fragment: 4 e4m3 or 2 16-bit values a register
@@ -296,7 +320,7 @@ struct OnlineSoftmax {
   // mode) and the rows' alpha = exp2(m_old - m_new). Only the blocks that reach past kv_len or above the diagonal
   // build masks (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
   // INTEGER_MAX: unmasked, the row maxima are taken on the integer dot products (fewer instructions).
-  template <bool MASKED, bool INTEGER_MAX = true>
+  template <bool MASKED, bool INTEGER_MAX = true, bool SUMS = true>
   __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const KScales ks,
                                          const int cq, float (&pf)[kBlockN / 2], float (&alpha)[2]) {
     const float kInf = __int_as_float(0x7f800000);
@@ -351,12 +375,14 @@ struct OnlineSoftmax {
         const float mul = j < kBlockN / 16 ? mul0 : mul1;
         const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul, -m_use));
         const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul, -m_use));
-        sums[j & 3] = j < 4 ? p0 + p1 : sums[j & 3] + (p0 + p1);
+        if constexpr (SUMS) sums[j & 3] = j < 4 ? p0 + p1 : sums[j & 3] + (p0 + p1);
         pf[4 * j + 2 * i] = p0;
         pf[4 * j + 2 * i + 1] = p1;
       }
-      const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
-      l_row[i] = l_row[i] * alpha[i] + sum;
+      if constexpr (SUMS) {  // else the caller adds the tensor cores' sums of e4m3(P) (pv_tile_fp8)
+        const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+        l_row[i] = l_row[i] * alpha[i] + sum;
+      }
     }
   }
 

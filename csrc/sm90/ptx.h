@@ -106,6 +106,13 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// An 8-byte store of one word twice to a shared-memory address, then its fence: the async proxy (wgmma's operand
+// reads) sees it once a CTA barrier follows.
+__device__ __forceinline__ void st_shared_twice_for_async(uint32_t addr, uint32_t word) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %1};\n" ::"r"(addr), "r"(word) : "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Keeps the compiler from moving reads or writes of an accumulator register across wgmma_fence / wgmma_wait.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(int32_t& r) { asm volatile("" : "+r"(r)::"memory"); }

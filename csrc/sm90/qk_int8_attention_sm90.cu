@@ -28,14 +28,18 @@ constexpr int kStages = 2;     // K tiles in flight
 
 // Q, a K ring of kStages and a V ring of kVStages, after 1024 bytes of barriers. 16-bit V at head_dim 128 has one
 // stage: 74 KiB a CTA, so that three CTAs share an SM (two stages: 106 KiB, two).
+// Fast mode: each V^T stage is followed by a 1 KB group of 8 more rows (tensor_sum_rows), and the barriers live in
+// the first group's unread rows (row 1), so that three D=128 CTAs still share an SM.
 template <int D, bool FP8>
 struct Smem {
   using T = Tiles<D, FP8>;
   static constexpr int kVStages = !FP8 && D == 128 ? 1 : kStages;
-  static constexpr int kQ = T::kAlign;  // barriers live in the first 1024 bytes
+  static constexpr int kQ = FP8 ? 0 : T::kAlign;  // accurate mode: barriers in the first 1024 bytes
   static constexpr int kK = kQ + T::kQBytes;
   static constexpr int kV = kK + kStages * T::kKBytes;
-  static constexpr int kBytes = kV + kVStages * T::kVBytes;
+  static constexpr int kVStride = T::kVBytes + (FP8 ? 1024 : 0);
+  static constexpr int kBars = FP8 ? kV + T::kVBytes + 128 : 0;
+  static constexpr int kBytes = kV + kVStages * kVStride;
   static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
 };
 
@@ -65,9 +69,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Smem<D, FP8>;
   using T = Tiles<D, FP8>;
+  constexpr bool kSums = kTensorSums<CAUSAL, FP8>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = aligned_smem(smem_raw);
-  Barriers* bars = reinterpret_cast<Barriers*>(smem);
+  Barriers* bars = reinterpret_cast<Barriers*>(smem + L::kBars);
   uint8_t* k_tiles = smem + L::kK;
   uint8_t* v_tiles = smem + L::kV;
 
@@ -76,13 +81,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
+  if constexpr (kSums) tensor_sum_rows(v_tiles + T::kVBytes, v_tiles + L::kVStride + T::kVBytes);
   start_cta(bars, &q_map, &k_map, &v_map);
   if (tid == 0) {
     mbar_arrive_expect_tx(&bars->q_full, T::kQBytes);
     tma_load_3d(smem + L::kQ, &q_map, &bars->q_full, 0, m0, bh);
     for (int n = 0; n < kStages && n < n_blocks; ++n) {
       load_k<D, FP8>(k_tiles + n * T::kKBytes, &k_map, &bars->k_full[n], n * kBlockN, bhk);
-      if (n < L::kVStages) load_v<D, FP8>(v_tiles + n * T::kVBytes, &v_map, &bars->v_full[n], n * kBlockN, bhk, hk, b);
+      if (n < L::kVStages) load_v<D, FP8>(v_tiles + n * L::kVStride, &v_map, &bars->v_full[n], n * kBlockN, bhk, hk, b);
     }
   }
 
@@ -127,18 +133,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
       load_k<D, FP8>(k_tiles + k_stage * T::kKBytes, &k_map, &bars->k_full[k_stage], (n + kStages) * kBlockN, bhk);
     }
     if (n < n_full) {  // the packing in each branch lets ptxas merge e4m3 pairs in place (no PRMT)
-      softmax.template scores<false>(n, s_acc, ks, cq, pf, alpha);
+      softmax.template scores<false, true, !kSums>(n, s_acc, ks, cq, pf, alpha);
       softmax.pack(pf, p);
     } else {
-      softmax.template scores<true>(n, s_acc, ks, cq, pf, alpha);
+      softmax.template scores<true, true, !kSums>(n, s_acc, ks, cq, pf, alpha);
       softmax.pack(pf, p);
     }
 
     // P.V of block n: into O (accurate; O rescaled first) or into a fresh accumulator (fast).
     const int v_stage = n % L::kVStages;
     mbar_wait(&bars->v_full[v_stage], (n / L::kVStages) & 1);
-    const uint32_t v_addr = smem_addr(v_tiles + v_stage * T::kVBytes);
-    float o_blk[FP8 ? D / 2 : 1];
+    const uint32_t v_addr = smem_addr(v_tiles + v_stage * L::kVStride);
+    float o_blk[FP8 ? D / 2 + (kSums ? 4 : 0) : 1];
     if constexpr (!FP8) {
       rescale_o<D>(o, alpha);
     }
@@ -148,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     for (int i = 0; i < kPRegs<FP8>; ++i) fence_operand(p[i]);  // the A fragment is written before the fence
     wgmma_fence();
     if constexpr (FP8) {
-      pv_tile_fp8<D>(o_blk, p, v_addr);
+      pv_tile_fp8<D, kSums>(o_blk, p, v_addr);
     } else {
       pv_tile<D, BF16>(o, p, v_addr);
     }
@@ -163,10 +169,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
         fence_operand(o[r]);
       }
     }
+    if constexpr (kSums) {  // l as O: its block's sums (P against the ones row) added with the block's alpha
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        fence_operand(o_blk[D / 2 + 2 * i]);
+        softmax.l_row[i] = fmaf(softmax.l_row[i], alpha[i], o_blk[D / 2 + 2 * i]);
+      }
+    }
     // Every warp is past P.V of block n: its V stage takes block n + kVStages.
     __syncthreads();
     if (tid == 0 && n + L::kVStages < n_blocks) {
-      load_v<D, FP8>(v_tiles + v_stage * T::kVBytes, &v_map, &bars->v_full[v_stage], (n + L::kVStages) * kBlockN, bhk,
+      load_v<D, FP8>(v_tiles + v_stage * L::kVStride, &v_map, &bars->v_full[v_stage], (n + L::kVStages) * kBlockN, bhk,
                      hk, b);
     }
   }

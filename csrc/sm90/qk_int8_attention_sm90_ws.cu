@@ -28,14 +28,16 @@ constexpr int kTurnBarrier = 1;                     // named barrier 1 + w: cons
 constexpr int kTurnThreads = 2 * kWarpgroup;        // the one whose turn it is (sync) and the one before it (arrive)
 constexpr int kReleases = kConsumers * kWarpgroup / 32;  // one arrival a consumer warp frees a stage
 
-// Q (one tile a consumer), then the K and V rings, after 1024 bytes of barriers.
+// Q (one tile a consumer), then the K and V rings, after 1024 bytes of barriers. Fast mode: each V^T stage is
+// followed by a 1 KB group of 8 more rows (tensor_sum_rows).
 template <int D, bool FP8>
 struct WsSmem {
   using T = Tiles<D, FP8>;
   static constexpr int kQ = T::kAlign;
   static constexpr int kK = kQ + kConsumers * T::kQBytes;
   static constexpr int kV = kK + kWsStages * T::kKBytes;
-  static constexpr int kBytes = kV + kWsStages * T::kVBytes;
+  static constexpr int kVStride = T::kVBytes + (FP8 ? 1024 : 0);
+  static constexpr int kBytes = kV + kWsStages * kVStride;
   static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
   static_assert(kAllocBytes <= 227 * 1024, "one CTA's shared memory");
 };
@@ -55,6 +57,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WsSmem<D, FP8>;
   using T = Tiles<D, FP8>;
+  constexpr bool kSums = kTensorSums<CAUSAL, FP8>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = aligned_smem(smem_raw);
   WsBarriers* bars = reinterpret_cast<WsBarriers*>(smem);
@@ -69,6 +72,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
+  if (kSums && tid < kWarpgroup) tensor_sum_rows(v_tiles + T::kVBytes, v_tiles + L::kVStride + T::kVBytes);
   start_cta(bars, &q_map, &k_map, &v_map);
 
   if (wg == 0) {
@@ -90,7 +94,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (n > 0) {
           const int nv = n - 1, s = nv % kWsStages;
           if (nv >= kWsStages) mbar_wait(&bars->v_empty[s], ((nv / kWsStages) - 1) & 1);
-          load_v<D, FP8>(v_tiles + s * T::kVBytes, &v_map, &bars->v_full[s], nv * kBlockN, bhk, hk, b);
+          load_v<D, FP8>(v_tiles + s * L::kVStride, &v_map, &bars->v_full[s], nv * kBlockN, bhk, hk, b);
         }
       }
     }
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int n_full = min(a.kv_len / kBlockN, CAUSAL ? (row0 + 1) / kBlockN : n_blocks);
   const uint32_t q_addr = smem_addr(smem + L::kQ + cw * T::kQBytes);
   const auto k_addr = [&](int n) { return smem_addr(k_tiles + (n % kWsStages) * T::kKBytes); };
-  const auto v_addr = [&](int n) { return smem_addr(v_tiles + (n % kWsStages) * T::kVBytes); };
+  const auto v_addr = [&](int n) { return smem_addr(v_tiles + (n % kWsStages) * L::kVStride); };
   const auto release = [&](uint64_t* empty) {
     if (lane == 0) mbar_arrive(empty);
   };
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float o_blk[FP8 ? D / 2 : 1];
+  float o_blk[FP8 ? D / 2 + (kSums ? 4 : 0) : 1];
   uint32_t p[kPRegs<FP8>];
   float alpha_prev[2];  // fast mode: block n - 1's alpha, applied when its P.V is added to O
 
@@ -134,10 +138,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], const KScales early,
                                  float (&pf)[kBlockN / 2], float (&alpha)[2]) {
     if (n < n_full) {
-      softmax.template scores<false, !(CAUSAL && FP8)>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf,
+      softmax.template scores<false, !(CAUSAL && FP8), !kSums>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf,
                                                        alpha);
     } else {
-      softmax.template scores<true>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
+      softmax.template scores<true, true, !kSums>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf, alpha);
     }
   };
   const auto fence_pv_operands = [&]() {  // O (or the fresh block accumulator) and P are written before the fence
@@ -148,7 +152,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   };
   const auto issue_pv = [&](int n) {
     if constexpr (FP8) {
-      pv_tile_fp8<D>(o_blk, p, v_addr(n));
+      pv_tile_fp8<D, kSums>(o_blk, p, v_addr(n));
     } else {
       pv_tile<D, BF16>(o, p, v_addr(n));
     }
@@ -174,6 +178,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if constexpr (FP8) {
 #pragma unroll
       for (int r = 0; r < D / 2; ++r) o[r] = fmaf(o[r], alpha_prev[(r / 2) % 2], o_blk[r]);
+    }
+    if constexpr (kSums) {  // l as O: the block's sums (P against the ones row)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        fence_operand(o_blk[D / 2 + 2 * i]);
+        softmax.l_row[i] = fmaf(softmax.l_row[i], alpha_prev[i], o_blk[D / 2 + 2 * i]);
+      }
     }
   };
 
