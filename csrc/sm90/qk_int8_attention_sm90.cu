@@ -26,8 +26,8 @@ namespace {
 constexpr int kThreads = 128;  // one warpgroup
 constexpr int kStages = 2;     // K tiles in flight
 
-// Q, a K ring of kStages and a V ring of kVStages, after 1024 bytes of barriers. 16-bit V at head_dim 128 has one
-// stage: 74 KiB a CTA, so that three CTAs share an SM (two stages: 106 KiB, two).
+// Q, a K ring of kStages and a V ring of kVStages (accurate mode: after 1024 bytes of barriers). 16-bit V at head_dim
+// 128 has one stage: 74 KiB a CTA, so that three CTAs share an SM (two stages: 106 KiB, two).
 // Fast mode: each V^T stage is followed by a 1 KB group of 8 more rows (tensor_sum_rows), and the barriers live in
 // the first group's unread rows (row 1), so that three D=128 CTAs still share an SM.
 template <int D, bool FP8>
