@@ -47,6 +47,8 @@ struct Tiles {
   static constexpr int kKBytes = kBlockN * D;
   static constexpr int kVBytes = kBlockN * D * (FP8 ? 1 : 2);
   static constexpr int kVBoxBytes = FP8 ? kVBytes : kBlockN * 64 * 2;
+  // A V stage: the fast mode's V^T is followed by its 1 KB ones group (tensor_sum_rows).
+  static constexpr int kVStageBytes = kVBytes + (FP8 ? 1024 : 0);
   static constexpr int kAlign = 1024;  // the 128B swizzle pattern repeats every 1024 bytes (aligned_smem)
   static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
 };
@@ -166,10 +168,12 @@ __device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2 + (SUMS ? 4 : 0
 // The 8 rows of V^T after a stage's D rows (1 KB, one 128B-swizzle group): row 0 e4m3 ones (0x38), rows 2, 4 and 6
 // zeros, so that column D + 2 (lane % 4) of P.V is the row sum in lane % 4 = 0 and 0 in the others (store_rows adds
 // a quad's values). Rows 1, 3, 5 and 7 are never read into a used column: the barriers may live there. Thread t of
-// the CTA's 128 writes 8 bytes of rows 0, 2, 4, 6 of group 0 and group 1.
-__device__ __forceinline__ void tensor_sum_rows(uint8_t* group0, uint8_t* group1) {
+// the CTA's first 128 writes 8 bytes of rows 0, 2, 4, 6 of the groups of the two V stages at v_stages.
+template <int D>
+__device__ __forceinline__ void tensor_sum_rows(uint8_t* v_stages) {
+  using T = Tiles<D, true>;
   const int t = threadIdx.x % 64, row = 2 * (t / 16), off = row * 128 + 8 * (t % 16);
-  uint8_t* g = threadIdx.x < 64 ? group0 : group1;
+  uint8_t* g = v_stages + (threadIdx.x < 64 ? 0 : T::kVStageBytes) + T::kVBytes;
   st_shared_twice_for_async(smem_addr(g + off), row == 0 ? 0x38383838u : 0u);
 }
 
@@ -383,6 +387,17 @@ struct OnlineSoftmax {
         const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
         l_row[i] = l_row[i] * alpha[i] + sum;
       }
+    }
+  }
+
+  // Fast mode with the tensor cores' sums: l takes a block's row sums of e4m3(P) out of its o_blk (pv_tile_fp8<D,
+  // true>) with the block's alpha, as O takes its P.V.
+  template <int D>
+  __device__ __forceinline__ void add_tensor_sums(float (&o_blk)[D / 2 + 4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      fence_operand(o_blk[D / 2 + 2 * i]);
+      l_row[i] = fmaf(l_row[i], alpha[i], o_blk[D / 2 + 2 * i]);
     }
   }
 

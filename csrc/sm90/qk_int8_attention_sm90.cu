@@ -37,9 +37,8 @@ struct Smem {
   static constexpr int kQ = FP8 ? 0 : T::kAlign;  // accurate mode: barriers in the first 1024 bytes
   static constexpr int kK = kQ + T::kQBytes;
   static constexpr int kV = kK + kStages * T::kKBytes;
-  static constexpr int kVStride = T::kVBytes + (FP8 ? 1024 : 0);
   static constexpr int kBars = FP8 ? kV + T::kVBytes + 128 : 0;
-  static constexpr int kBytes = kV + kVStages * kVStride;
+  static constexpr int kBytes = kV + kVStages * T::kVStageBytes;
   static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
 };
 
@@ -81,14 +80,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
-  if constexpr (kSums) tensor_sum_rows(v_tiles + T::kVBytes, v_tiles + L::kVStride + T::kVBytes);
+  if constexpr (kSums) tensor_sum_rows<D>(v_tiles);
   start_cta(bars, &q_map, &k_map, &v_map);
   if (tid == 0) {
     mbar_arrive_expect_tx(&bars->q_full, T::kQBytes);
     tma_load_3d(smem + L::kQ, &q_map, &bars->q_full, 0, m0, bh);
     for (int n = 0; n < kStages && n < n_blocks; ++n) {
       load_k<D, FP8>(k_tiles + n * T::kKBytes, &k_map, &bars->k_full[n], n * kBlockN, bhk);
-      if (n < L::kVStages) load_v<D, FP8>(v_tiles + n * L::kVStride, &v_map, &bars->v_full[n], n * kBlockN, bhk, hk, b);
+      if (n < L::kVStages) {
+        load_v<D, FP8>(v_tiles + n * T::kVStageBytes, &v_map, &bars->v_full[n], n * kBlockN, bhk, hk, b);
+      }
     }
   }
 
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     // P.V of block n: into O (accurate; O rescaled first) or into a fresh accumulator (fast).
     const int v_stage = n % L::kVStages;
     mbar_wait(&bars->v_full[v_stage], (n / L::kVStages) & 1);
-    const uint32_t v_addr = smem_addr(v_tiles + v_stage * L::kVStride);
+    const uint32_t v_addr = smem_addr(v_tiles + v_stage * T::kVStageBytes);
     float o_blk[FP8 ? D / 2 + (kSums ? 4 : 0) : 1];
     if constexpr (!FP8) {
       rescale_o<D>(o, alpha);
@@ -169,18 +170,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
         fence_operand(o[r]);
       }
     }
-    if constexpr (kSums) {  // l as O: its block's sums (P against the ones row) added with the block's alpha
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        fence_operand(o_blk[D / 2 + 2 * i]);
-        softmax.l_row[i] = fmaf(softmax.l_row[i], alpha[i], o_blk[D / 2 + 2 * i]);
-      }
-    }
+    if constexpr (kSums) softmax.template add_tensor_sums<D>(o_blk, alpha);
     // Every warp is past P.V of block n: its V stage takes block n + kVStages.
     __syncthreads();
     if (tid == 0 && n + L::kVStages < n_blocks) {
-      load_v<D, FP8>(v_tiles + v_stage * L::kVStride, &v_map, &bars->v_full[v_stage], (n + L::kVStages) * kBlockN, bhk,
-                     hk, b);
+      load_v<D, FP8>(v_tiles + v_stage * T::kVStageBytes, &v_map, &bars->v_full[v_stage], (n + L::kVStages) * kBlockN,
+                     bhk, hk, b);
     }
   }
 

@@ -36,8 +36,7 @@ struct WsSmem {
   static constexpr int kQ = T::kAlign;
   static constexpr int kK = kQ + kConsumers * T::kQBytes;
   static constexpr int kV = kK + kWsStages * T::kKBytes;
-  static constexpr int kVStride = T::kVBytes + (FP8 ? 1024 : 0);
-  static constexpr int kBytes = kV + kWsStages * kVStride;
+  static constexpr int kBytes = kV + kWsStages * T::kVStageBytes;
   static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
   static_assert(kAllocBytes <= 227 * 1024, "one CTA's shared memory");
 };
@@ -72,7 +71,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
-  if (kSums && tid < kWarpgroup) tensor_sum_rows(v_tiles + T::kVBytes, v_tiles + L::kVStride + T::kVBytes);
+  if (kSums && tid < kWarpgroup) tensor_sum_rows<D>(v_tiles);
   start_cta(bars, &q_map, &k_map, &v_map);
 
   if (wg == 0) {
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (n > 0) {
           const int nv = n - 1, s = nv % kWsStages;
           if (nv >= kWsStages) mbar_wait(&bars->v_empty[s], ((nv / kWsStages) - 1) & 1);
-          load_v<D, FP8>(v_tiles + s * L::kVStride, &v_map, &bars->v_full[s], nv * kBlockN, bhk, hk, b);
+          load_v<D, FP8>(v_tiles + s * T::kVStageBytes, &v_map, &bars->v_full[s], nv * kBlockN, bhk, hk, b);
         }
       }
     }
@@ -115,7 +114,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int n_full = min(a.kv_len / kBlockN, CAUSAL ? (row0 + 1) / kBlockN : n_blocks);
   const uint32_t q_addr = smem_addr(smem + L::kQ + cw * T::kQBytes);
   const auto k_addr = [&](int n) { return smem_addr(k_tiles + (n % kWsStages) * T::kKBytes); };
-  const auto v_addr = [&](int n) { return smem_addr(v_tiles + (n % kWsStages) * L::kVStride); };
+  const auto v_addr = [&](int n) { return smem_addr(v_tiles + (n % kWsStages) * T::kVStageBytes); };
   const auto release = [&](uint64_t* empty) {
     if (lane == 0) mbar_arrive(empty);
   };
@@ -179,13 +178,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
       for (int r = 0; r < D / 2; ++r) o[r] = fmaf(o[r], alpha_prev[(r / 2) % 2], o_blk[r]);
     }
-    if constexpr (kSums) {  // l as O: the block's sums (P against the ones row)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        fence_operand(o_blk[D / 2 + 2 * i]);
-        softmax.l_row[i] = fmaf(softmax.l_row[i], alpha_prev[i], o_blk[D / 2 + 2 * i]);
-      }
-    }
+    if constexpr (kSums) softmax.template add_tensor_sums<D>(o_blk, alpha_prev);
   };
 
   if (last) named_bar_arrive(kTurnBarrier, kTurnThreads);  // consumer 0 goes first
