@@ -175,7 +175,8 @@ def main():
     if args.tokens:
         shapes = [s for s in shapes if s[2] in args.tokens]
         if not shapes:
-            p.error(f"--tokens {sorted(args.tokens)}: no row has those lengths ({sorted({s[2] for s in SHAPES + SHORT})})")
+            lengths = sorted({s[2] for s in SHAPES + SHORT})
+            p.error(f"--tokens {sorted(args.tokens)}: no row has those lengths ({lengths})")
     for shape in shapes:
         b, h, n, d, causal = shape
         short = shape in SHORT
