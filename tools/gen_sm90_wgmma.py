@@ -74,7 +74,7 @@ def main():
         for t in ("f16", "bf16"):
             parts.append(rs_half(n, t))
         parts.append(rs_fp8(n))
-    for n in (72, 136):  # the fast mode's P.V with 8 more columns: P against ones, the row sums (serial kernel)
+    for n in (72, 136):  # the fast mode's P.V with 8 more columns: P against ones, the row sums (both schedules)
         parts.append(rs_fp8(n))
     parts.append("}  // namespace sm90\n}  // namespace sage\n")
     OUT.write_text("\n".join(parts))
