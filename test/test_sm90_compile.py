@@ -80,13 +80,15 @@ def test_sass_is_on_the_hopper_paths(compiled):
     serial, ws = (subprocess.run([cuobjdump, "-sass", str(o)], capture_output=True, text=True, check=True).stdout
                   for o in objs)
     sass = serial + ws
-    ops = set(re.findall(r"\b(IGMMA\.64x128x32\.S8\.S8|HGMMA\.64x(?:64|128)x16\.F32(?:\.BF16)?|"
+    ops = set(re.findall(r"\b(IGMMA\.64x(?:128|192)x32\.S8\.S8|HGMMA\.64x(?:64|128)x16\.F32(?:\.BF16)?|"
                          r"QGMMA\.64x(?:64|72|128|136)x32\.F32\.E4M3\.E4M3|UTMALDG\.[34]D)\b", sass))
     # 72 and 136 columns: the fast mode's P.V with the ones rows, its row sums on the tensor cores (tensor_sum_rows).
-    assert ops == {"IGMMA.64x128x32.S8.S8", "HGMMA.64x64x16.F32", "HGMMA.64x64x16.F32.BF16", "HGMMA.64x128x16.F32",
-                   "HGMMA.64x128x16.F32.BF16", "QGMMA.64x64x32.F32.E4M3.E4M3", "QGMMA.64x128x32.F32.E4M3.E4M3",
-                   "QGMMA.64x72x32.F32.E4M3.E4M3", "QGMMA.64x136x32.F32.E4M3.E4M3", "UTMALDG.3D", "UTMALDG.4D"}, ops
+    assert ops == {"IGMMA.64x128x32.S8.S8", "IGMMA.64x192x32.S8.S8", "HGMMA.64x64x16.F32", "HGMMA.64x64x16.F32.BF16",
+                   "HGMMA.64x128x16.F32", "HGMMA.64x128x16.F32.BF16", "QGMMA.64x64x32.F32.E4M3.E4M3",
+                   "QGMMA.64x128x32.F32.E4M3.E4M3", "QGMMA.64x72x32.F32.E4M3.E4M3", "QGMMA.64x136x32.F32.E4M3.E4M3",
+                   "UTMALDG.3D", "UTMALDG.4D"}, ops
     assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert "IGMMA.64x192x32" in ws and "IGMMA.64x192x32" not in serial  # 192-key steps: the ws accurate mode only
     # Warp-specialized: each kernel's producer gives registers back (24) and its consumers take 240; no consumer
     # instruction names a register past the 240.
     functions = re.split(r"\n\s*Function : ", ws)[1:]

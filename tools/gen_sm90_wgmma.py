@@ -68,7 +68,7 @@ def main():
              "// \"Asynchronous Warpgroup Level Matrix Multiply-Accumulate\". Issue them between wgmma_fence() and\n"
              "// wgmma_commit() (ptx.h).\n"
              "#pragma once\n#include <cstdint>\n\nnamespace sage {\nnamespace sm90 {\n"]
-    for n in (64, 128):
+    for n in (64, 128, 192):  # 192: the warp-specialized accurate mode's key blocks
         parts.append(ss_int8(n))
     for n in (64, 128):
         for t in ("f16", "bf16"):

@@ -1,7 +1,8 @@
 // The parts both sm90 attention kernels share (qk_int8_attention_sm90.cu: one warpgroup a CTA, serial;
 // qk_int8_attention_sm90_ws.cu: a producer warpgroup and two consumer warpgroups taking turns): tile loads, the
 // two products on wgmma, the online softmax of a key block, the epilogue. Both kernels run the same arithmetic in
-// the same order, so they give the same bits.
+// the same order, so they give the same bits where both take key blocks of the same size (keys_per_step: all but the
+// warp-specialized accurate mode without a causal mask).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -39,14 +40,23 @@ static_assert(kBlockQ % (2 * kRows) == 0, "a CTA of one or two warpgroups shares
 static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
 static_assert(kBlockN == vt::kBlockTokens, "V^T rows hold whole key blocks");
 
-// Shared-memory bytes of one tile. V: V^T e4m3 [D][kBlockN] in one box (K-major for the fp8 wgmma), or 16-bit V
-// as D / 64 boxes [kBlockN][64] (128-byte swizzled rows).
-template <int D, bool FP8>
+// Keys a softmax step takes: kBlockN, but 192 (three k-scale blocks) in the warp-specialized accurate mode without
+// a causal mask (the default's long calls at head_dim 128), whose consumers have the registers for it: its per-block
+// work (turn, waits, rescale of O, the maxima's shuffles) spread over 1.5 times the keys (docs/FINDINGS.md F43).
+// Causal, those consumers spill at 192. The host sizes the K and V boxes by it.
+constexpr int keys_per_step(bool warp_specialized, bool fp8, bool causal) {
+  return warp_specialized && !fp8 && !causal ? 3 * kBlockK : kBlockN;
+}
+
+// Shared-memory bytes of one tile of N keys. V: V^T e4m3 [D][N] in one box (K-major for the fp8 wgmma), or 16-bit V
+// as D / 64 boxes [N][64] (128-byte swizzled rows).
+template <int D, bool FP8, int N = kBlockN>
 struct Tiles {
+  static_assert(N % kBlockK == 0 && (!FP8 || N == vt::kBlockTokens), "whole k-scale blocks; V^T's key blocks");
   static constexpr int kQBytes = kRows * D;  // int8, one warpgroup's rows
-  static constexpr int kKBytes = kBlockN * D;
-  static constexpr int kVBytes = kBlockN * D * (FP8 ? 1 : 2);
-  static constexpr int kVBoxBytes = FP8 ? kVBytes : kBlockN * 64 * 2;
+  static constexpr int kKBytes = N * D;
+  static constexpr int kVBytes = N * D * (FP8 ? 1 : 2);
+  static constexpr int kVBoxBytes = FP8 ? kVBytes : N * 64 * 2;
   // A V stage: the fast mode's V^T is followed by its 1 KB ones group (tensor_sum_rows).
   static constexpr int kVStageBytes = kVBytes + (FP8 ? 1024 : 0);
   static constexpr int kAlign = 1024;  // the 128B swizzle pattern repeats every 1024 bytes (aligned_smem)
@@ -85,16 +95,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // ---- loads (one thread issues them) ------------------------------------------------------------------------------
 
-template <int D, bool FP8>
+template <int D, bool FP8, int N = kBlockN>
 __device__ __forceinline__ void load_k(uint8_t* dst, const CUtensorMap* k_map, uint64_t* full, int n0, int bhk) {
-  mbar_arrive_expect_tx(full, Tiles<D, FP8>::kKBytes);
+  mbar_arrive_expect_tx(full, Tiles<D, FP8, N>::kKBytes);
   tma_load_3d(dst, k_map, full, 0, n0, bhk);
 }
 
-template <int D, bool FP8>
+template <int D, bool FP8, int N = kBlockN>
 __device__ __forceinline__ void load_v(uint8_t* dst, const CUtensorMap* v_map, uint64_t* full, int n0, int bhk,
                                        int hk, int b) {
-  using T = Tiles<D, FP8>;
+  using T = Tiles<D, FP8, N>;
   mbar_arrive_expect_tx(full, T::kVBytes);
   if constexpr (FP8) {
     tma_load_3d(dst, v_map, full, n0, 0, bhk);  // V^T [bhk][D][keys]
@@ -112,24 +122,28 @@ __device__ __forceinline__ uint64_t qk_desc(uint32_t addr) {
   return D == 128 ? make_smem_desc(addr, 16, 1024, Swizzle::k128B) : make_smem_desc(addr, 16, 512, Swizzle::k64B);
 }
 
-// S = Q.K^T of one key block (wgmma m64n128k32 s32.s8.s8, both operands K-major in shared memory).
-template <int D>
-__device__ __forceinline__ void qk_tile(int32_t (&s)[kBlockN / 2], uint32_t q_addr, uint32_t k_addr) {
+// S = Q.K^T of one key block of N keys (wgmma m64nNk32 s32.s8.s8, both operands K-major in shared memory).
+template <int D, int N = kBlockN>
+__device__ __forceinline__ void qk_tile(int32_t (&s)[N / 2], uint32_t q_addr, uint32_t k_addr) {
   const uint64_t q_desc = qk_desc<D>(q_addr), k_desc = qk_desc<D>(k_addr);
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {  // 32 bytes of head_dim per wgmma, inside the swizzled row
-    wgmma_m64n128k32_s32_s8(s, desc_advance(q_desc, kk * 32), desc_advance(k_desc, kk * 32), kk > 0);
+    if constexpr (N == 192) {
+      wgmma_m64n192k32_s32_s8(s, desc_advance(q_desc, kk * 32), desc_advance(k_desc, kk * 32), kk > 0);
+    } else {
+      wgmma_m64n128k32_s32_s8(s, desc_advance(q_desc, kk * 32), desc_advance(k_desc, kk * 32), kk > 0);
+    }
   }
 }
 
 // Accurate mode: o += P.V, P in V's 16-bit type from registers (the S accumulator layout is the A-fragment layout).
-template <int D, bool BF16>
-__device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[kBlockN / 4], uint32_t v_addr) {
+template <int D, bool BF16, int N = kBlockN>
+__device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[N / 4], uint32_t v_addr) {
   // MN-major B: 64 head_dim values (128 bytes) per swizzle atom, the next 64 in the next box (LBO); 8-key groups
   // 1024 bytes apart (SBO).
-  const uint64_t v_desc = make_smem_desc(v_addr, kBlockN * 128, 1024, Swizzle::k128B);
+  const uint64_t v_desc = make_smem_desc(v_addr, N * 128, 1024, Swizzle::k128B);
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {  // 16 keys per wgmma: two 8-row groups of 128 bytes
+  for (int kk = 0; kk < N / 16; ++kk) {  // 16 keys per wgmma: two 8-row groups of 128 bytes
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     const uint64_t desc = desc_advance(v_desc, kk * 16 * 128);
     if constexpr (D == 128) {
@@ -183,8 +197,8 @@ __device__ __forceinline__ void tensor_sum_rows(uint8_t* v_stages) {
 template <bool CAUSAL, bool FP8>
 constexpr bool kTensorSums = FP8 && !CAUSAL;
 
-template <bool FP8>
-constexpr int kPRegs = FP8 ? kBlockN / 8 : kBlockN / 4;  // P's A fragment: 4 e4m3 or 2 16-bit values a register
+template <bool FP8, int N = kBlockN>
+constexpr int kPRegs = FP8 ? N / 8 : N / 4;  // P's A fragment: 4 e4m3 or 2 16-bit values a register
 
 // ---- arguments, softmax, epilogue -------------------------------------------------------------------------------
 
@@ -219,11 +233,11 @@ inline KernelArgs make_kernel_args(const QKAttentionParams& p) {
   return a;
 }
 
-// Where a CTA of kCtaRows query rows works: its first row m0, head h, batch b, K/V head hk (GQA), the flat
-// indices of both, and the key blocks it sees (all of kv_len, or, causal and upper-left aligned, those up to its last
+// Where a CTA of kCtaRows query rows works: its first row m0, head h, batch b, K/V head hk (GQA), the flat indices of
+// both, and the key blocks of N keys it sees (all of kv_len, or, causal and upper-left aligned, those up to its last
 // row). Causal CTAs take the longest row tiles (most keys) first over the whole grid, so that the short ones fill its
 // tail: the launch order (x fastest) is read as tile-major, every head's last tile first. Otherwise x is the tile.
-template <bool CAUSAL, int kCtaRows>
+template <bool CAUSAL, int kCtaRows, int N = kBlockN>
 struct CtaTile {
   int m0, h, b, hk, bh, bhk, n_blocks;
 
@@ -244,7 +258,7 @@ struct CtaTile {
     bh = b * a.heads_q + h;
     bhk = b * a.heads_kv + hk;
     const int key_end = CAUSAL ? min(a.kv_len, m0 + kCtaRows) : a.kv_len;
-    n_blocks = (key_end + kBlockN - 1) / kBlockN;
+    n_blocks = (key_end + N - 1) / N;
   }
 };
 
@@ -280,11 +294,14 @@ __device__ __forceinline__ void start_cta(Bars* bars, const CUtensorMap* q_map, 
   __syncthreads();
 }
 
-// The online softmax of the rows a thread holds (row and row + 8 of its warpgroup's tile), one key block at a time.
-// Thread (warp w of the warpgroup, lane) holds rows 16 w + lane / 4 and + 8; of each 8 columns, the pair
-// 2 (lane % 4) + {0, 1}. Accumulator register 4 j + 2 i + c: row + 8 i, column 8 j + 2 (lane % 4) + c.
-template <bool BF16, bool CAUSAL, bool FP8>
+// The online softmax of the rows a thread holds (row and row + 8 of its warpgroup's tile), one key block of N keys
+// (N / kBlockK k-scale groups) at a time. Thread (warp w of the warpgroup, lane) holds rows 16 w + lane / 4 and + 8;
+// of each 8 columns, the pair 2 (lane % 4) + {0, 1}. Accumulator register 4 j + 2 i + c: row + 8 i, column
+// 8 j + 2 (lane % 4) + c.
+template <bool BF16, bool CAUSAL, bool FP8, int N = kBlockN>
 struct OnlineSoftmax {
+  static constexpr int kGroups = N / kBlockK;  // k scales a block
+  static constexpr int kGroupJ = kBlockK / 8;  // values j of one k-scale group
   // Fast mode: P is made as p * kFp8Max = exp2(s - m + kShift), so that it fills e4m3's range (l sums it so).
   static constexpr float kShift = FP8 ? static_cast<float>(kLog2Fp8Max) : 0.0f;
   float m_row[2], l_row[2];  // l: this thread's partial sums (quad-reduced in the epilogue)
@@ -292,32 +309,39 @@ struct OnlineSoftmax {
   const float* k_scales;
   int kv_len, nk_pad, row;
 
-  // The q.k scales of block n's two halves (the second 0 past nk_pad). The kernels load them right after issuing the
+  // The q.k scales of block n's k-scale groups (0 past nk_pad). The kernels load them right after issuing the
   // block's Q.K^T (all but the warp-specialized fast mode, qk_int8_attention_sm90_ws.cu), so that the loads' latency
   // passes during the wgmma instead of in front of the softmax.
   struct KScales {
-    float s0, s1;
+    float s[kGroups];
   };
   __device__ __forceinline__ KScales load_k_scales(const int n) const {
-    const int n0 = n * kBlockN;
-    return {q_scale * k_scales[n0 / kBlockK], n0 + kBlockK < nk_pad ? q_scale * k_scales[n0 / kBlockK + 1] : 0.0f};
+    const int n0 = n * N;
+    KScales ks;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      // A block starts before nk_pad, so the first group needs no check; at 192 keys it keeps one all the same,
+      // without which ptxas spills 76 bytes in the warp-specialized accurate consumer (docs/FINDINGS.md F43).
+      const bool in_pad = (g == 0 && N == kBlockN) || n0 + g * kBlockK < nk_pad;
+      ks.s[g] = in_pad ? q_scale * k_scales[n0 / kBlockK + g] : 0.0f;
+    }
+    return ks;
   }
 
-  // Row i's maxima over each k-scale half of v (the scaled floats, or the integer dot products), each over two
-  // independent chains [2 * half + (j & 1)] that start from their first pairs: a -inf or INT32_MIN seed would cost
+  // Row i's maxima over each k-scale group of v (the scaled floats, or the integer dot products), each over two
+  // independent chains [2 * group + (j & 1)] that start from their first pairs: a -inf or INT32_MIN seed would cost
   // an instruction a chain (ptxas keeps max(-inf, x), which differs from x when x is NaN).
   template <typename T>
-  __device__ __forceinline__ static void half_maxima(const T (&v)[kBlockN / 2], const int i, T& mx0, T& mx1) {
-    constexpr int kHalf = kBlockN / 16;  // values j of one k-scale half
-    T part[4];
+  __device__ __forceinline__ static void group_maxima(const T (&v)[N / 2], const int i, T (&mx)[kGroups]) {
+    T part[2 * kGroups];
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      const int c = 2 * (j / kHalf) + (j & 1);
+    for (int j = 0; j < N / 8; ++j) {
+      const int c = 2 * (j / kGroupJ) + (j & 1);
       const T pair = max(v[4 * j + 2 * i], v[4 * j + 2 * i + 1]);
-      part[c] = j % kHalf < 2 ? pair : max(part[c], pair);
+      part[c] = j % kGroupJ < 2 ? pair : max(part[c], pair);
     }
-    mx0 = max(part[0], part[1]);
-    mx1 = max(part[2], part[3]);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) mx[g] = max(part[2 * g], part[2 * g + 1]);
   }
 
   // Block n from its scores s and q.k scales: updates m_row / l_row, gives P in float32 (times kFp8Max in the fast
@@ -325,18 +349,19 @@ struct OnlineSoftmax {
   // build masks (MASKED); the others take the q.k scale into the exponent's FMA and never compare indices.
   // INTEGER_MAX: unmasked, the row maxima are taken on the integer dot products (fewer instructions).
   template <bool MASKED, bool INTEGER_MAX = true, bool SUMS = true>
-  __device__ __forceinline__ void scores(const int n, const int32_t (&s)[kBlockN / 2], const KScales ks,
-                                         const int cq, float (&pf)[kBlockN / 2], float (&alpha)[2]) {
+  __device__ __forceinline__ void scores(const int n, const int32_t (&s)[N / 2], const KScales ks,
+                                         const int cq, float (&pf)[N / 2], float (&alpha)[2]) {
     const float kInf = __int_as_float(0x7f800000);
-    const int n0 = n * kBlockN;
-    // Scores in base 2 are x * mul, one mul per k-scale half of the block. Unmasked: x is the integer dot product,
+    const int n0 = n * N;
+    // Scores in base 2 are x * mul, one mul per k-scale group of the block. Unmasked: x is the integer dot product,
     // mul the scales, and the max is taken on x (mul > 0 keeps the order, rounding too). Masked: x is already
     // scaled, -inf past kv_len and above the diagonal, and mul is 1.
-    const float scale0 = ks.s0, scale1 = ks.s1;
-    const float mul0 = MASKED ? 1.0f : scale0, mul1 = MASKED ? 1.0f : scale1;
-    float x[kBlockN / 2];
+    float mul[kGroups];
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
+    for (int g = 0; g < kGroups; ++g) mul[g] = MASKED ? 1.0f : ks.s[g];
+    float x[N / 2];
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -344,7 +369,7 @@ struct OnlineSoftmax {
           const int r = 4 * j + 2 * i + c;
           float v = static_cast<float>(s[r]);
           if constexpr (MASKED) {
-            v *= j < kBlockN / 16 ? scale0 : scale1;
+            v *= ks.s[j / kGroupJ];
             const int col = n0 + 8 * j + cq + c;
             if (col >= kv_len || (CAUSAL && col > row + 8 * i)) v = -kInf;
           }
@@ -355,19 +380,21 @@ struct OnlineSoftmax {
     // A row with no key yet keeps m = -inf and subtracts 0 instead.
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      // Partial maxima and sums over independent chains (two a k-scale half, four sums) keep dependencies short.
+      // Partial maxima and sums over independent chains (two a k-scale group, four sums) keep dependencies short.
       // On the integer dot products (three-way integer max instructions), the max converts to the same float as the
       // max of the converted values: conversion is monotone.
-      float mx0, mx1;
+      float mxg[kGroups];
       if constexpr (MASKED || !INTEGER_MAX) {
-        half_maxima(x, i, mx0, mx1);
+        group_maxima(x, i, mxg);
       } else {
-        int32_t imx0, imx1;
-        half_maxima(s, i, imx0, imx1);
-        mx0 = static_cast<float>(imx0);
-        mx1 = static_cast<float>(imx1);
+        int32_t imx[kGroups];
+        group_maxima(s, i, imx);
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) mxg[g] = static_cast<float>(imx[g]);
       }
-      float mx = fmaxf(m_row[i], fmaxf(mx0 * mul0, mx1 * mul1));
+      float mx = m_row[i];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) mx = fmaxf(mx, mxg[g] * mul[g]);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_use = (mx == -kInf ? 0.0f : mx) - kShift;
@@ -375,10 +402,9 @@ struct OnlineSoftmax {
       m_row[i] = mx;
       float sums[4];  // each starts from its first pair: 0 + x is an instruction, and the same bits (x >= 0)
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        const float mul = j < kBlockN / 16 ? mul0 : mul1;
-        const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul, -m_use));
-        const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul, -m_use));
+      for (int j = 0; j < N / 8; ++j) {
+        const float p0 = fast_exp2(fmaf(x[4 * j + 2 * i], mul[j / kGroupJ], -m_use));
+        const float p1 = fast_exp2(fmaf(x[4 * j + 2 * i + 1], mul[j / kGroupJ], -m_use));
         if constexpr (SUMS) sums[j & 3] = j < 4 ? p0 + p1 : sums[j & 3] + (p0 + p1);
         pf[4 * j + 2 * i] = p0;
         pf[4 * j + 2 * i + 1] = p1;
@@ -402,12 +428,12 @@ struct OnlineSoftmax {
   }
 
   // P as the A fragment of P.V.
-  __device__ __forceinline__ static void pack(const float (&pf)[kBlockN / 2], uint32_t (&p)[kPRegs<FP8>]) {
+  __device__ __forceinline__ static void pack(const float (&pf)[N / 2], uint32_t (&p)[kPRegs<FP8, N>]) {
     if constexpr (FP8) {
       // A fragment of k-slice kk (32 keys, j = 4 kk .. 4 kk + 3): register 4 kk + i holds row r0 + 8 i, columns
       // 8 j + cq + {0, 1} of j = 4 kk, 4 kk + 1; register 4 kk + 2 + i those of j = 4 kk + 2, 4 kk + 3.
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 32; ++kk) {
+      for (int kk = 0; kk < N / 32; ++kk) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -422,7 +448,7 @@ struct OnlineSoftmax {
       // A fragment of k-slice kk (16 keys): registers 4 kk .. 4 kk + 3, register 2 j + i holding row r0 + 8 i,
       // columns 8 j + cq + {0, 1}.
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
+      for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) p[2 * j + i] = pack2<BF16>(pf[4 * j + 2 * i], pf[4 * j + 2 * i + 1]);
       }

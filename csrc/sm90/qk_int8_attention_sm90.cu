@@ -298,6 +298,8 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const uint64_t d = static_cast<uint64_t>(p.head_dim_pad), dv = static_cast<uint64_t>(p.head_dim);
   const CUtensorMapSwizzle qk_swizzle = d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const bool fp8 = p.v_type == VType::kFloat8 || p.v_type == VType::kFloat8Vt;
+  const uint32_t keys = keys_per_step(p.schedule == Schedule::kWarpSpecialized, fp8, p.causal);  // K, V box rows
   CUtensorMap q_map, k_map, v_map;
   {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nq_pad), static_cast<uint64_t>(p.batch * p.heads_q)};
@@ -310,12 +312,12 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
   {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nk_pad), static_cast<uint64_t>(p.batch * p.heads_kv)};
     const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nk_pad)};
-    const uint32_t box[3] = {static_cast<uint32_t>(d), kBlockN, 1};
+    const uint32_t box[3] = {static_cast<uint32_t>(d), keys, 1};
     if (!make_map(&k_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.k, dims, strides, box, qk_swizzle)) {
       return kNoTensorMap;
     }
   }
-  if (p.v_type == VType::kFloat8 || p.v_type == VType::kFloat8Vt) {
+  if (fp8) {
     const uint64_t nt = static_cast<uint64_t>(vt_tokens(p));
     const uint64_t dims[3] = {nt, d, static_cast<uint64_t>(p.batch * p.heads_kv)};
     const uint64_t strides[2] = {nt, d * nt};
@@ -348,7 +350,7 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
                               static_cast<uint64_t>(p.batch)};
     const uint64_t strides[3] = {static_cast<uint64_t>(p.v_stride_n) * 2, static_cast<uint64_t>(p.v_stride_h) * 2,
                                  static_cast<uint64_t>(p.v_stride_b) * 2};
-    const uint32_t box[4] = {64, kBlockN, 1, 1};
+    const uint32_t box[4] = {64, keys, 1, 1};
     const CUtensorMapDataType type =
         p.v_type == VType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     if (!make_map(&v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) {

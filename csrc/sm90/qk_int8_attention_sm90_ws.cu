@@ -8,8 +8,9 @@
 //   waits for Q.K^T(n) and releases K(n), runs the softmax of block n beside its own P.V(n - 1),
 //   waits for P.V(n - 1), releases V(n - 1), rescales O, and packs P(n).
 // Turns (named barriers 1 and 2) make the two consumers issue their products in alternation, so that one's softmax
-// runs while the other's products keep the tensor cores busy. The arithmetic is that of the serial kernel, in the
-// same order (attention_parts.cuh), so both give the same bits.
+// runs while the other's products keep the tensor cores busy. The fast mode's arithmetic is that of the serial
+// kernel, in the same order (attention_parts.cuh), so both give the same bits; the accurate mode without a causal mask
+// takes 192-key blocks (keys_per_step), so its online softmax rounds at other steps than the serial kernel's.
 #include "attention_parts.cuh"
 
 namespace sage {
@@ -28,11 +29,15 @@ constexpr int kTurnBarrier = 1;                     // named barrier 1 + w: cons
 constexpr int kTurnThreads = 2 * kWarpgroup;        // the one whose turn it is (sync) and the one before it (arrive)
 constexpr int kReleases = kConsumers * kWarpgroup / 32;  // one arrival a consumer warp frees a stage
 
+// Keys a key block: 192 in the accurate mode without a causal mask, else 128.
+template <bool FP8, bool CAUSAL>
+constexpr int kWsKeys = keys_per_step(true, FP8, CAUSAL);
+
 // Q (one tile a consumer), then the K and V rings, after 1024 bytes of barriers. Fast mode: each V^T stage is
 // followed by a 1 KB group of 8 more rows (tensor_sum_rows).
-template <int D, bool FP8>
+template <int D, bool FP8, bool CAUSAL>
 struct WsSmem {
-  using T = Tiles<D, FP8>;
+  using T = Tiles<D, FP8, kWsKeys<FP8, CAUSAL>>;
   static constexpr int kQ = T::kAlign;
   static constexpr int kK = kQ + kConsumers * T::kQBytes;
   static constexpr int kV = kK + kWsStages * T::kKBytes;
@@ -54,8 +59,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     qk_int8_attention_ws_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                 const __grid_constant__ CUtensorMap v_map, const KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = WsSmem<D, FP8>;
-  using T = Tiles<D, FP8>;
+  using L = WsSmem<D, FP8, CAUSAL>;
+  constexpr int N = kWsKeys<FP8, CAUSAL>;
+  using T = Tiles<D, FP8, N>;
   constexpr bool kSums = kTensorSums<CAUSAL, FP8>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = aligned_smem(smem_raw);
@@ -65,9 +71,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / kWarpgroup, 0);  // warp-uniform role
-  // Both consumers run every key block of the CTA: with 128-key blocks and 128-row CTAs, the last block reaches
-  // the first consumer's rows too.
-  const CtaTile<CAUSAL, kWsRows> tile(a);
+  // Both consumers run every key block of the CTA: with 128-key blocks (causal) and 128-row CTAs, the last block
+  // reaches the first consumer's rows too.
+  const CtaTile<CAUSAL, kWsRows, N> tile(a);
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
 
@@ -88,12 +94,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (n < n_blocks) {
           const int s = n % kWsStages;
           if (n >= kWsStages) mbar_wait(&bars->k_empty[s], ((n / kWsStages) - 1) & 1);
-          load_k<D, FP8>(k_tiles + s * T::kKBytes, &k_map, &bars->k_full[s], n * kBlockN, bhk);
+          load_k<D, FP8, N>(k_tiles + s * T::kKBytes, &k_map, &bars->k_full[s], n * N, bhk);
         }
         if (n > 0) {
           const int nv = n - 1, s = nv % kWsStages;
           if (nv >= kWsStages) mbar_wait(&bars->v_empty[s], ((nv / kWsStages) - 1) & 1);
-          load_v<D, FP8>(v_tiles + s * T::kVStageBytes, &v_map, &bars->v_full[s], nv * kBlockN, bhk, hk, b);
+          load_v<D, FP8, N>(v_tiles + s * T::kVStageBytes, &v_map, &bars->v_full[s], nv * N, bhk, hk, b);
         }
       }
     }
@@ -111,7 +117,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const float* k_scales = a.k_scale + static_cast<int64_t>(bhk) * (a.nk_pad / kBlockK);
   const float kInf = __int_as_float(0x7f800000);
   // Blocks before n_full need no mask: they end at or before kv_len and (causal) at or before the first row.
-  const int n_full = min(a.kv_len / kBlockN, CAUSAL ? (row0 + 1) / kBlockN : n_blocks);
+  const int n_full = min(a.kv_len / N, CAUSAL ? (row0 + 1) / N : n_blocks);
   const uint32_t q_addr = smem_addr(smem + L::kQ + cw * T::kQBytes);
   const auto k_addr = [&](int n) { return smem_addr(k_tiles + (n % kWsStages) * T::kKBytes); };
   const auto v_addr = [&](int n) { return smem_addr(v_tiles + (n % kWsStages) * T::kVStageBytes); };
@@ -119,13 +125,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (lane == 0) mbar_arrive(empty);
   };
 
-  OnlineSoftmax<BF16, CAUSAL, FP8> softmax{{-kInf, -kInf}, {0.0f, 0.0f}, q_scale, k_scales, a.kv_len, a.nk_pad,
-                                           row0 + r0};
+  OnlineSoftmax<BF16, CAUSAL, FP8, N> softmax{{-kInf, -kInf}, {0.0f, 0.0f}, q_scale, k_scales, a.kv_len, a.nk_pad,
+                                              row0 + r0};
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float o_blk[FP8 ? D / 2 + (kSums ? 4 : 0) : 1];
-  uint32_t p[kPRegs<FP8>];
+  uint32_t p[kPRegs<FP8, N>];
   float alpha_prev[2];  // fast mode: block n - 1's alpha, applied when its P.V is added to O
 
   // Block n's k scales: the accurate mode loads them before waiting for the block's Q.K^T (early_scales), so that
@@ -134,8 +140,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // consumers keep the float maxima (with INTEGER_MAX they spill 16 bytes).
   using KScales = typename decltype(softmax)::KScales;
   const auto early_scales = [&](int n) { return FP8 ? KScales{} : softmax.load_k_scales(n); };
-  const auto softmax_block = [&](int n, const int32_t (&s_acc)[kBlockN / 2], const KScales early,
-                                 float (&pf)[kBlockN / 2], float (&alpha)[2]) {
+  const auto softmax_block = [&](int n, const int32_t (&s_acc)[N / 2], const KScales early, float (&pf)[N / 2],
+                                 float (&alpha)[2]) {
     if (n < n_full) {
       softmax.template scores<false, !(CAUSAL && FP8), !kSums>(n, s_acc, FP8 ? softmax.load_k_scales(n) : early, cq, pf,
                                                        alpha);
@@ -147,19 +153,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) fence_operand(o[i]);
 #pragma unroll
-    for (int i = 0; i < kPRegs<FP8>; ++i) fence_operand(p[i]);
+    for (int i = 0; i < kPRegs<FP8, N>; ++i) fence_operand(p[i]);
   };
   const auto issue_pv = [&](int n) {
     if constexpr (FP8) {
       pv_tile_fp8<D, kSums>(o_blk, p, v_addr(n));
     } else {
-      pv_tile<D, BF16>(o, p, v_addr(n));
+      pv_tile<D, BF16, N>(o, p, v_addr(n));
     }
     wgmma_commit();
   };
-  const auto fence_softmax = [](float (&pf)[kBlockN / 2], float (&alpha)[2]) {
+  const auto fence_softmax = [](float (&pf)[N / 2], float (&alpha)[2]) {
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(pf[i]);
+    for (int i = 0; i < N / 2; ++i) fence_operand(pf[i]);
     fence_operand(alpha[0]);
     fence_operand(alpha[1]);
   };
@@ -186,19 +192,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // Block 0: Q.K^T alone.
   {
-    int32_t s_acc[kBlockN / 2];
-    float pf[kBlockN / 2];
+    int32_t s_acc[N / 2];
+    float pf[N / 2];
     float alpha[2];
     mbar_wait(&bars->k_full[0], 0);
     named_bar_sync(my_turn, kTurnThreads);
     wgmma_fence();
-    qk_tile<D>(s_acc, q_addr, k_addr(0));
+    qk_tile<D, N>(s_acc, q_addr, k_addr(0));
     wgmma_commit();
     named_bar_arrive(next_turn, kTurnThreads);
     const KScales ks = early_scales(0);
     wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
+    for (int i = 0; i < N / 2; ++i) fence_operand(s_acc[i]);
     release(&bars->k_empty[0]);
     softmax_block(0, s_acc, ks, pf, alpha);
     softmax.pack(pf, p);  // O is still 0: nothing to rescale
@@ -208,22 +214,22 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // Blocks 1 .. n_blocks - 1: Q.K^T(n) and P.V(n - 1) in flight together, the softmax of n beside P.V(n - 1).
   for (int n = 1; n < n_blocks; ++n) {
-    int32_t s_acc[kBlockN / 2];
-    float pf[kBlockN / 2];
+    int32_t s_acc[N / 2];
+    float pf[N / 2];
     float alpha[2];
     mbar_wait(&bars->k_full[n % kWsStages], (n / kWsStages) & 1);
     mbar_wait(&bars->v_full[(n - 1) % kWsStages], ((n - 1) / kWsStages) & 1);
     named_bar_sync(my_turn, kTurnThreads);
     fence_pv_operands();
     wgmma_fence();
-    qk_tile<D>(s_acc, q_addr, k_addr(n));
+    qk_tile<D, N>(s_acc, q_addr, k_addr(n));
     wgmma_commit();
     issue_pv(n - 1);
     named_bar_arrive(next_turn, kTurnThreads);
     const KScales ks = early_scales(n);
     wgmma_wait<1>();  // Q.K^T(n) is done, P.V(n - 1) may still run
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) fence_operand(s_acc[i]);
+    for (int i = 0; i < N / 2; ++i) fence_operand(s_acc[i]);
     release(&bars->k_empty[n % kWsStages]);
     softmax_block(n, s_acc, ks, pf, alpha);
     fence_softmax(pf, alpha);  // the softmax stays before the wait, beside P.V(n - 1), and P is packed after it
@@ -266,8 +272,9 @@ template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 struct WsLaunch {
   static int run(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                  const CUtensorMap& v_map, cudaStream_t stream) {
-    return launch_row_tiles<qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>, WsSmem<D, FP8>::kAllocBytes,
-                            kWsRows, kWsThreads>(p, q_map, k_map, v_map, stream);
+    constexpr int kSmemBytes = WsSmem<D, FP8, CAUSAL>::kAllocBytes;
+    return launch_row_tiles<qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>, kSmemBytes, kWsRows, kWsThreads>(
+        p, q_map, k_map, v_map, stream);
   }
 };
 
