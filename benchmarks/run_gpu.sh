@@ -19,6 +19,8 @@
 #   (the pipes' utilization among them) as ncu_raw.csv. E.g.
 #   SAGE_NCU="qk_int8_attention_ws_kernel|--shape 1,40,8192,128 --dtype bfloat16"
 #   SAGE_STEP_S  per-step time limit in seconds (default 200; the test step: SAGE_TEST_S, default 480)
+#   SAGE_CLOCKS=1 samples the card's SM clock, power, temperature and clock event reasons (power cap, thermal) every
+#   20 ms while each benchmark runs, into clocks_<benchmark><tag>.csv: what a lone call's time owes to the clocks
 #   SAGE_AB_PATCH diffs in the tree (untracked files travel with it), e.g. from `git diff main...branch > ab.patch`:
 #   after everything else, each is applied alone, built, measured again (benchmark logs tagged with
 #   its name, profiles in the one profiles.txt), reverted
@@ -80,8 +82,18 @@ measure() {
   for b in ${SAGE_BENCHES-bench_prologue bench_attention}; do
     # An A/B keeps only the logs (a device call brings back at most 8 files).
     local out=$OUT; [ -n "$tag${SAGE_AB_PATCH-}" ] && out=/tmp/sage_bench$tag && mkdir -p "$out"
+    local sampler="" fields=timestamp,clocks.sm,power.draw,temperature.gpu reason
+    if [ -n "${SAGE_CLOCKS-}" ]; then
+      # The reasons' field was renamed (throttle -> event) in newer drivers: whichever this one knows.
+      for reason in clocks_event_reasons.active clocks_throttle_reasons.active; do
+        nvidia-smi --query-gpu="$reason" --format=csv > /dev/null 2>&1 && { fields+=,$reason; break; }
+      done
+      nvidia-smi --query-gpu="$fields" --format=csv -lms 20 > "$OUT/clocks_$b$tag.csv" 2>&1 &
+      sampler=$!
+    fi
     timeout "$STEP" python3 "benchmarks/$b.py" --out "$out" ${SAGE_BENCH_ARGS-} > "$OUT/$b$tag.log" 2>&1
     echo "$b$tag exit: $?"; cat "$OUT/$b$tag.log"
+    [ -n "$sampler" ] && kill "$sampler"
   done
 }
 measure ""
