@@ -161,8 +161,11 @@ __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[N
 // (csrc/hip/vt_layout.h) so that register r of the A fragment holds the keys this thread's S accumulators hold.
 // SUMS: 8 more columns of V^T follow its D rows (the CTA's ones group, tensor_sum_rows below), and o_blk holds
 // D / 2 + 4 values: the block's row sums of e4m3(P) come out in o_blk[D / 2] and o_blk[D / 2 + 2] of lane % 4 = 0.
+template <int D, bool SUMS>
+constexpr int kBlockAccRegs = D / 2 + (SUMS ? 4 : 0);  // o_blk's values a thread
+
 template <int D, bool SUMS = false>
-__device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[D / 2 + (SUMS ? 4 : 0)], const uint32_t (&p)[kBlockN / 8],
+__device__ __forceinline__ void pv_tile_fp8(float (&o_blk)[kBlockAccRegs<D, SUMS>], const uint32_t (&p)[kBlockN / 8],
                                             uint32_t vt_addr) {
   const uint64_t vt_desc = make_smem_desc(vt_addr, 16, 1024, Swizzle::k128B);
 #pragma unroll
@@ -419,7 +422,7 @@ struct OnlineSoftmax {
   // Fast mode with the tensor cores' sums: l takes a block's row sums of e4m3(P) out of its o_blk (pv_tile_fp8<D,
   // true>) with the block's alpha, as O takes its P.V.
   template <int D>
-  __device__ __forceinline__ void add_tensor_sums(float (&o_blk)[D / 2 + 4], const float (&alpha)[2]) {
+  __device__ __forceinline__ void add_tensor_sums(float (&o_blk)[kBlockAccRegs<D, true>], const float (&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       fence_operand(o_blk[D / 2 + 2 * i]);

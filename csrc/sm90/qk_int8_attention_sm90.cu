@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     const int v_stage = n % L::kVStages;
     mbar_wait(&bars->v_full[v_stage], (n / L::kVStages) & 1);
     const uint32_t v_addr = smem_addr(v_tiles + v_stage * T::kVStageBytes);
-    float o_blk[FP8 ? D / 2 + (kSums ? 4 : 0) : 1];
+    float o_blk[FP8 ? kBlockAccRegs<D, kSums> : 1];
     if constexpr (!FP8) {
       rescale_o<D>(o, alpha);
     }

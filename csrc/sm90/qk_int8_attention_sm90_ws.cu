@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float o_blk[FP8 ? D / 2 + (kSums ? 4 : 0) : 1];
+  float o_blk[FP8 ? kBlockAccRegs<D, kSums> : 1];
   uint32_t p[kPRegs<FP8, N>];
   float alpha_prev[2];  // fast mode: block n - 1's alpha, applied when its P.V is added to O
 
