@@ -17,10 +17,10 @@ namespace sage {
 // the V quantized straight into V^T (F29: 256 keys 0.053 against 0.049).
 constexpr int64_t kMinFastKeys = 512;
 
-// The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128
-// without a causal mask, on calls of thousands of tokens (F21, three runs on the H200: 1.17-1.21x cuDNN against
-// 1.12-1.17x at 32760 and 75600 tokens, 0.95-1.02x against 0.94-0.99x at 2x24x16384, 2 runs of 3 at 4608); slower at
-// head_dim 64, causal, in the fast mode and at 256-1024 tokens.
+// The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128, on
+// calls of thousands of tokens (F21, three runs on the H200: 1.17-1.21x cuDNN against 1.12-1.17x at 32760 and 75600
+// tokens, 0.95-1.02x against 0.94-0.99x at 2x24x16384, 2 runs of 3 at 4608), and causal since it steps by 192 keys
+// (F45, H100: 0.986 against 1.103 ms at 1x32x8192); slower at head_dim 64, in the fast mode and at 256-1024 tokens.
 constexpr int64_t kMinWsTokens = 4096;
 
 namespace {
@@ -34,8 +34,8 @@ std::optional<Sm90Use> sm90_use_on(const c10::Device& device) {
 }
 
 sm90::Schedule pick_schedule(const AttentionArgs& a, bool fast, int64_t head_dim_pad, Sm90Use use) {
-  const bool auto_ws = use == Sm90Use::kAuto && !fast && head_dim_pad == 128 && !a.is_causal &&
-                       a.qo_len >= kMinWsTokens && a.kv_len >= kMinWsTokens;
+  const bool auto_ws = use == Sm90Use::kAuto && !fast && head_dim_pad == 128 && a.qo_len >= kMinWsTokens &&
+                       a.kv_len >= kMinWsTokens;
   return use == Sm90Use::kForceWs || auto_ws ? sm90::Schedule::kWarpSpecialized : sm90::Schedule::kSerial;
 }
 

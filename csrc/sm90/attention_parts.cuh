@@ -2,7 +2,7 @@
 // qk_int8_attention_sm90_ws.cu: a producer warpgroup and two consumer warpgroups taking turns): tile loads, the
 // two products on wgmma, the online softmax of a key block, the epilogue. Both kernels run the same arithmetic in
 // the same order, so they give the same bits where both take key blocks of the same size (keys_per_step: all but the
-// warp-specialized accurate mode without a causal mask).
+// warp-specialized accurate mode).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -40,12 +40,12 @@ static_assert(kBlockQ % (2 * kRows) == 0, "a CTA of one or two warpgroups shares
 static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
 static_assert(kBlockN == vt::kBlockTokens, "V^T rows hold whole key blocks");
 
-// Keys a softmax step takes: kBlockN, but 192 (three k-scale blocks) in the warp-specialized accurate mode without
-// a causal mask (the default's long calls at head_dim 128), whose consumers have the registers for it: its per-block
-// work (turn, waits, rescale of O, the maxima's shuffles) spread over 1.5 times the keys (docs/FINDINGS.md F43).
-// Causal, those consumers spill at 192. The host sizes the K and V boxes by it.
-constexpr int keys_per_step(bool warp_specialized, bool fp8, bool causal) {
-  return warp_specialized && !fp8 && !causal ? 3 * kBlockK : kBlockN;
+// Keys a softmax step takes: kBlockN, but 192 (three k-scale blocks) in the warp-specialized accurate mode (the
+// default's long calls at head_dim 128), whose consumers have the registers for it: its per-block work (turn, waits,
+// rescale of O, the maxima's shuffles) spread over 1.5 times the keys (docs/FINDINGS.md F43, F44, F45). The fast mode's
+// consumers hold a second accumulator and keep 128. The host sizes the K and V boxes by it.
+constexpr int keys_per_step(bool warp_specialized, bool fp8) {
+  return warp_specialized && !fp8 ? 3 * kBlockK : kBlockN;
 }
 
 // Shared-memory bytes of one tile of N keys. V: V^T e4m3 [D][N] in one box (K-major for the fp8 wgmma), or 16-bit V
@@ -362,6 +362,16 @@ struct OnlineSoftmax {
     float mul[kGroups];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) mul[g] = MASKED ? 1.0f : ks.s[g];
+    // Masked: key col = n0 + 8 j + cq + c is masked for row + 8 i past the last key that row sees (kv_len - 1, or
+    // causal the diagonal). At 192 keys each value compares a compile-time 8 j + c with one bound a row (last):
+    // with a column index a value, the causal warp-specialized accurate consumers spill 112 bytes there. At 128 keys
+    // the column index stays: with the bound, the warp-specialized causal fast-mode D=128 consumers spill 16 bytes
+    // and the serial causal accurate D=64 kernels 8.
+    [[maybe_unused]] int last[2];
+    if constexpr (MASKED && N != kBlockN) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) last[i] = (CAUSAL ? min(kv_len - 1, row + 8 * i) : kv_len - 1) - n0 - cq;
+    }
     float x[N / 2];
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
@@ -373,8 +383,12 @@ struct OnlineSoftmax {
           float v = static_cast<float>(s[r]);
           if constexpr (MASKED) {
             v *= ks.s[j / kGroupJ];
-            const int col = n0 + 8 * j + cq + c;
-            if (col >= kv_len || (CAUSAL && col > row + 8 * i)) v = -kInf;
+            if constexpr (N == kBlockN) {
+              const int col = n0 + 8 * j + cq + c;
+              if (col >= kv_len || (CAUSAL && col > row + 8 * i)) v = -kInf;
+            } else if (8 * j + c > last[i]) {
+              v = -kInf;
+            }
           }
           x[r] = v;
         }

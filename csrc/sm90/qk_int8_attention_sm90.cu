@@ -299,7 +299,7 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
   const uint64_t d = static_cast<uint64_t>(p.head_dim_pad), dv = static_cast<uint64_t>(p.head_dim);
   const CUtensorMapSwizzle qk_swizzle = d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const bool fp8 = p.v_type == VType::kFloat8 || p.v_type == VType::kFloat8Vt;
-  const uint32_t keys = keys_per_step(p.schedule == Schedule::kWarpSpecialized, fp8, p.causal);  // K, V box rows
+  const uint32_t keys = keys_per_step(p.schedule == Schedule::kWarpSpecialized, fp8);  // K, V box rows
   CUtensorMap q_map, k_map, v_map;
   {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nq_pad), static_cast<uint64_t>(p.batch * p.heads_q)};

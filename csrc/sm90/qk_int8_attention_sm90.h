@@ -18,8 +18,8 @@ enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2, kFloat8Vt = 3
 // How the kernel runs. kSerial: one warpgroup a CTA of 64 query rows loads and computes in turn, three or four
 // CTAs an SM. kWarpSpecialized: a CTA of 128 query rows, one warpgroup issuing the loads and two computing, which
 // take turns on the tensor cores (one's softmax beside the other's products) and each issue the next block's Q.K^T
-// before their softmax. The same results bit for bit, but in the accurate mode without a causal mask, where the
-// warp-specialized schedule steps its softmax by 192 keys, not 128 (the same within rounding).
+// before their softmax. The same results bit for bit, but in the accurate mode, where the warp-specialized
+// schedule steps its softmax by 192 keys, not 128 (the same within rounding).
 enum class Schedule : int { kSerial = 0, kWarpSpecialized = 1 };
 
 struct QKAttentionParams {

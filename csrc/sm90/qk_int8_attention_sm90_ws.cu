@@ -9,8 +9,8 @@
 //   waits for P.V(n - 1), releases V(n - 1), rescales O, and packs P(n).
 // Turns (named barriers 1 and 2) make the two consumers issue their products in alternation, so that one's softmax
 // runs while the other's products keep the tensor cores busy. The fast mode's arithmetic is that of the serial
-// kernel, in the same order (attention_parts.cuh), so both give the same bits; the accurate mode without a causal mask
-// takes 192-key blocks (keys_per_step), so its online softmax rounds at other steps than the serial kernel's.
+// kernel, in the same order (attention_parts.cuh), so both give the same bits; the accurate mode takes 192-key blocks
+// (keys_per_step), so its online softmax rounds at other steps than the serial kernel's.
 #include "attention_parts.cuh"
 
 namespace sage {
@@ -29,15 +29,15 @@ constexpr int kTurnBarrier = 1;                     // named barrier 1 + w: cons
 constexpr int kTurnThreads = 2 * kWarpgroup;        // the one whose turn it is (sync) and the one before it (arrive)
 constexpr int kReleases = kConsumers * kWarpgroup / 32;  // one arrival a consumer warp frees a stage
 
-// Keys a key block: 192 in the accurate mode without a causal mask, else 128.
-template <bool FP8, bool CAUSAL>
-constexpr int kWsKeys = keys_per_step(true, FP8, CAUSAL);
+// Keys a key block: 192 in the accurate mode, 128 in the fast mode.
+template <bool FP8>
+constexpr int kWsKeys = keys_per_step(true, FP8);
 
 // Q (one tile a consumer), then the K and V rings, after 1024 bytes of barriers. Fast mode: each V^T stage is
 // followed by a 1 KB group of 8 more rows (tensor_sum_rows).
-template <int D, bool FP8, bool CAUSAL>
+template <int D, bool FP8>
 struct WsSmem {
-  using T = Tiles<D, FP8, kWsKeys<FP8, CAUSAL>>;
+  using T = Tiles<D, FP8, kWsKeys<FP8>>;
   static constexpr int kQ = T::kAlign;
   static constexpr int kK = kQ + kConsumers * T::kQBytes;
   static constexpr int kV = kK + kWsStages * T::kKBytes;
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     qk_int8_attention_ws_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                 const __grid_constant__ CUtensorMap v_map, const KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = WsSmem<D, FP8, CAUSAL>;
-  constexpr int N = kWsKeys<FP8, CAUSAL>;
+  using L = WsSmem<D, FP8>;
+  constexpr int N = kWsKeys<FP8>;
   using T = Tiles<D, FP8, N>;
   constexpr bool kSums = kTensorSums<CAUSAL, FP8>;
   extern __shared__ uint8_t smem_raw[];
@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / kWarpgroup, 0);  // warp-uniform role
-  // Both consumers run every key block of the CTA: with 128-key blocks (causal) and 128-row CTAs, the last block
-  // reaches the first consumer's rows too.
+  // Both consumers run every key block of the CTA. Causal, the last block may lie wholly past the first consumer's
+  // rows (192-key blocks, 128-row CTAs): those rows then see only -inf there, so that block leaves their m, l and O
+  // as they were (alpha = 1, P = 0).
   const CtaTile<CAUSAL, kWsRows, N> tile(a);
   const int m0 = tile.m0, h = tile.h, b = tile.b, hk = tile.hk, bh = tile.bh, bhk = tile.bhk;
   const int n_blocks = tile.n_blocks;
@@ -272,7 +273,7 @@ template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 struct WsLaunch {
   static int run(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                  const CUtensorMap& v_map, cudaStream_t stream) {
-    constexpr int kSmemBytes = WsSmem<D, FP8, CAUSAL>::kAllocBytes;
+    constexpr int kSmemBytes = WsSmem<D, FP8>::kAllocBytes;
     return launch_row_tiles<qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>, kSmemBytes, kWsRows, kWsThreads>(
         p, q_map, k_map, v_map, stream);
   }
