@@ -4,10 +4,10 @@ hand-written kernel forced to each of its two schedules and with the precompiled
 F.scaled_dot_product_attention with the flash and cuDNN backends and, when installed, sageattention 1.0.6.
 Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy against float64 exact
 attention (first head, first 1024 queries); writes a CSV and a PNG plot. Long calls are timed one call between two
-CUDA events, the methods in turns; short calls (256-1024 tokens) one call at a time with the host included, each
-method's calls in a row; the "b2b" columns time 4 calls queued back to back between two events, per call. Then the
-attention kernel alone, precompiled (C++ launch) against Triton's JIT of the same source, and the first call in a
-fresh process with an empty Triton cache.
+CUDA events, the methods in turns (each turn in its own order); short calls (256-1024 tokens) one call at a time
+with the host included, each method's calls in a row; the "b2b" columns time 4 calls queued back to back between
+two events, per call. Then the attention kernel alone, precompiled (C++ launch) against Triton's JIT of the same
+source, and the first call in a fresh process with an empty Triton cache.
 
 python benchmarks/bench_attention.py [--out DIR] [--quick] [--methods sage-auto,sage-fp8] [--tokens 32760,75600]
 """
@@ -198,8 +198,8 @@ def main():
             timed = {name: wall_ms(c, reps) for name, c in calls.items()}
             b2b = {name: device_ms(c, max(3, reps // 4)) for name, c in queued.items()}
         else:
-            # In turns (timing.interleaved_ms): the lone causal fast row once moved by 10% with its place in the
-            # order (F29).
+            # In turns (timing.interleaved_ms), each in its own order: a lone call's time moves by up to 10% with
+            # the call before it (F29, F45).
             timed = interleaved_ms(calls, reps)
             b2b = interleaved_ms(queued, max(3, reps // 4))
         for name in ms:

@@ -1,5 +1,6 @@
 """Timers shared by the benchmarks: the median of many single calls, after one warm-up call (kernel loading and
 any compilation stay out of the numbers)."""
+import random
 import time
 
 import torch
@@ -45,10 +46,15 @@ def wall_ms(fn, reps=200, device="cuda"):
 def interleaved_ms(fns, reps, once=device_once):
     """{name: median ms} of the calls in fns ({name: fn}, each warmed up already) timed in turns: rep r times
     every fn once before rep r + 1, so that what drifts during a run (clocks, the host, the other processes) falls
-    on every fn alike instead of on whichever is timed first."""
+    on every fn alike instead of on whichever is timed first. Each turn takes the fns in its own order (shuffled,
+    seeded by r): on a card at its power cap a lone call's time depends on the call before it, and a fixed order
+    gave each fn the same neighbour in every turn (the same build's fp8 call 26.0 ms in one fixed order, 23.1-23.9
+    shuffled, docs/FINDINGS.md F45)."""
     torch.cuda.synchronize()
     times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            times[name].append(once(fn))
+    for r in range(reps):
+        order = list(fns)
+        random.Random(r).shuffle(order)
+        for name in order:
+            times[name].append(once(fns[name]))
     return {name: median(t) for name, t in times.items()}
