@@ -273,9 +273,8 @@ template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 struct WsLaunch {
   static int run(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                  const CUtensorMap& v_map, cudaStream_t stream) {
-    constexpr int kSmemBytes = WsSmem<D, FP8>::kAllocBytes;
-    return launch_row_tiles<qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>, kSmemBytes, kWsRows, kWsThreads>(
-        p, q_map, k_map, v_map, stream);
+    return launch_row_tiles<qk_int8_attention_ws_kernel<D, BF16, Out, CAUSAL, FP8>, WsSmem<D, FP8>::kAllocBytes,
+                            kWsRows, kWsThreads>(p, q_map, k_map, v_map, stream);
   }
 };
 
