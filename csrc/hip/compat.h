@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #if defined(__HIP__) || defined(__HIPCC__)
 #define SAGE_HIP 1
@@ -309,6 +311,27 @@ bool cluster_fits(unsigned cluster, unsigned threads, size_t smem) {
     return false;
   });
 }
+#endif
+
+#if !defined(SAGE_HIP)
+// Above 48 KiB of dynamic shared memory needs the attribute, which is set once per device and kernel (the statics
+// belong to one instantiation, that is one kernel).
+template <auto kernel>
+inline cudaError_t allow_dynamic_smem(int bytes) {
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::vector<bool> configured;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<size_t>(device) >= configured.size()) configured.resize(device + 1, false);
+  if (!configured[device]) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return err;
+    configured[device] = true;
+  }
+  return cudaSuccess;
+}
+
 #endif
 
 // Enqueues kernel(args...) on stream; the caller reads the launch's error with sage_get_last_error(). mode.overlap

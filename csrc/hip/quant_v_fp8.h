@@ -20,7 +20,8 @@ struct QuantVParams {
   int64_t out_stride_b, out_stride_h, out_stride_n;
   // Or, when v_t is set (v_fp8 and its strides are then not used), the Hopper kernel's V^T layout there
   // (vt_layout.h: [batch * heads][head_dim_pad][vt::vt_tokens(tokens)], 16-byte aligned; head_dim_pad 64 or 128):
-  // the same bytes transposed, zero past tokens and head_dim. sage::attention's fast mode on sm_90 (csrc/ops).
+  // the same bytes transposed, zero past tokens and head_dim. sage::attention's fast mode on a hand-written kernel
+  // (csrc/ops/gpu_attention.cpp).
   uint8_t* v_t;
   float* v_scale;
   int64_t head_dim_pad;  // head_dim rounded up to 64, 128 or 256 (the kernels' column tile)
@@ -31,6 +32,9 @@ struct QuantVParams {
 
 // Bytes of scratch the launch needs.
 int64_t quant_v_fp8_workspace_bytes(const QuantVParams& p);
+
+// Bytes of the v_t the kernel writes for p's sizes (vt_layout.h), with head_dim_pad 64 or 128.
+int64_t quant_v_fp8_vt_bytes(const QuantVParams& p);
 
 // Enqueues the two kernels (per-chunk channel amax, then quantize into v_fp8 or v_t) on `stream` (a cudaStream_t /
 // hipStream_t).

@@ -241,6 +241,8 @@ bool vec_ok(const QuantVParams& p) {
 
 }  // namespace
 
+int64_t quant_v_fp8_vt_bytes(const QuantVParams& p) { return vt::vt_bytes(p.batch * p.heads, p.head_dim_pad, p.tokens); }
+
 int64_t quant_v_fp8_workspace_bytes(const QuantVParams& p) {
   if (p.batch <= 0 || p.heads <= 0) return 0;
   return p.batch * p.heads * num_chunks(p) * p.head_dim_pad * (int64_t)sizeof(uint32_t);

@@ -1,11 +1,12 @@
-// The Hopper kernel's fast-mode V^T layout (csrc/sm90), written by two kernels: the V quantization when
-// sage::attention runs the fast mode on sm_90 (quant_v_fp8.hip, QuantVParams::v_t) and the V transpose of
-// sage::qk_int8_attention given a v_fp8 (csrc/sm90/qk_int8_attention_sm90.cu). Both store a block's tile through
-// store_tile, so the layout is defined here once.
+// The fast-mode V^T layout of the hand-written attention kernels (csrc/sm90, csrc/mma), written by two kernels: the
+// V quantization when sage::attention runs the fast mode on one of them (quant_v_fp8.hip, QuantVParams::v_t) and
+// the sm90 launch's V transpose of a v_fp8 given to sage::qk_int8_attention (csrc/sm90/qk_int8_attention_sm90.cu).
+// Both store a block's tile through store_tile, so the layout is defined here once.
 //
 // V^T [batch * heads][D][vt_tokens(kv_len)] e4m3: D the padded head_dim (64 or 128), zero past kv_len and head_dim,
 // tokens permuted inside each group of 16: column 4 q + t holds token 2 q + (t & 1) + 8 (t >> 1), the keys that lane
-// q of a quad holds in its S accumulators (csrc/sm90/attention_parts.cuh pv_tile_fp8).
+// q of a quad holds in its S accumulators (csrc/sm90/attention_parts.cuh pv_tile_fp8; csrc/mma/warp_mma.h, the
+// m16n8k32 A fragment).
 #pragma once
 #include <cstdint>
 
@@ -17,6 +18,9 @@ constexpr int kTileTokens = 64;    // tokens of one store_tile
 constexpr int kThreads = 256;      // threads of a block that calls store_tile
 
 inline int64_t vt_tokens(int64_t kv_len) { return (kv_len + kBlockTokens - 1) / kBlockTokens * kBlockTokens; }
+
+// Bytes of the V^T of heads (batch * heads_kv) heads of d (padded head_dim) channels and kv_len tokens.
+inline int64_t vt_bytes(int64_t heads, int64_t d, int64_t kv_len) { return heads * d * vt_tokens(kv_len); }
 
 // Bytes of a token's row in a block's shared tile: the 4 extra bytes spread the 16-token groups over the banks.
 template <int D>

@@ -536,30 +536,12 @@ __device__ __forceinline__ void store_rows(const KernelArgs& a, const float (&o)
 
 // ---- host ----------------------------------------------------------------------------------------------------------
 
-// Above 48 KiB of dynamic shared memory needs the attribute, which is set once per device and kernel (the statics
-// belong to one instantiation, that is one kernel).
-template <auto kernel>
-cudaError_t allow_dynamic_smem(int bytes) {
-  int device = 0;
-  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  static std::mutex mutex;
-  static std::vector<bool> configured;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= configured.size()) configured.resize(device + 1, false);
-  if (!configured[device]) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (err != cudaSuccess) return err;
-    configured[device] = true;
-  }
-  return cudaSuccess;
-}
-
 // One launch of `kernel` on CTAs of kCtaThreads threads covering kCtaRows query rows each (grid: row tiles x heads
 // x batch), with kSmemBytes of dynamic shared memory.
 template <auto kernel, int kSmemBytes, int kCtaRows, int kCtaThreads>
 int launch_row_tiles(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                      const CUtensorMap& v_map, cudaStream_t stream) {
-  const cudaError_t err = allow_dynamic_smem<kernel>(kSmemBytes);
+  const cudaError_t err = compat::allow_dynamic_smem<kernel>(kSmemBytes);
   if (err != cudaSuccess) return static_cast<int>(err);
   const dim3 grid(static_cast<unsigned>((p.qo_len + kCtaRows - 1) / kCtaRows), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));

@@ -17,6 +17,7 @@
 // warp-specialized kernel is qk_int8_attention_sm90_ws.cu, and attention_parts.cuh what the two share.
 #include <cstring>
 
+#include "../hip/vt_transpose.cuh"
 #include "attention_parts.cuh"
 
 namespace sage {
@@ -215,31 +216,6 @@ bool make_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Fast mode, given a v_fp8 [B, Hkv, N, head_dim] (element strides): its V^T (csrc/hip/vt_layout.h). A block moves
-// 64 tokens: 4-byte loads along the tokens' rows into shared memory, then vt::store_tile. V's base and strides are
-// multiples of 4 bytes (qk_attention_unsupported).
-template <int D>
-__global__ void __launch_bounds__(vt::kThreads) transpose_v_fp8_kernel(const uint8_t* __restrict__ v,
-                                                                       uint8_t* __restrict__ vt, int64_t sb,
-                                                                       int64_t sh, int64_t sn, int heads, int kv_len,
-                                                                       int head_dim, int64_t nt) {
-  constexpr int kTokens = vt::kTileTokens, kRow = vt::kRow<D>;
-  __shared__ __align__(16) uint8_t tile[kTokens * kRow];
-  compat::wait_for_previous_grid();  // V's quantization
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int bhk = blockIdx.y, b = bhk / heads, h = bhk % heads;
-  const uint8_t* src = v + b * sb + h * sh;
-  for (int idx = threadIdx.x; idx < kTokens * (D / 4); idx += blockDim.x) {
-    const int t = idx / (D / 4), c = 4 * (idx % (D / 4));
-    const int64_t key = n0 + t;
-    uint32_t x = 0;
-    if (key < kv_len && c < head_dim) x = *reinterpret_cast<const uint32_t*>(src + key * sn + c);
-    *reinterpret_cast<uint32_t*>(tile + t * kRow + c) = x;
-  }
-  __syncthreads();
-  vt::store_tile<D>(tile, vt + static_cast<int64_t>(bhk) * D * nt + n0, nt);
-}
-
 int64_t vt_tokens(const QKAttentionParams& p) { return vt::vt_tokens(p.kv_len); }
 
 template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
@@ -273,11 +249,7 @@ const char* qk_attention_unsupported(const QKAttentionParams& p) {
   if (p.v_type == VType::kFloat8Vt) {
     if (p.v_scale == nullptr || misaligned(p.v, 16)) return "fast mode buffers";
   } else if (p.v_type == VType::kFloat8) {
-    if (p.v_scale == nullptr || p.workspace == nullptr || misaligned(p.workspace, 16)) return "fast mode buffers";
-    if (misaligned(p.v, 4) || p.v_stride_b % 4 != 0 || p.v_stride_h % 4 != 0 || p.v_stride_n % 4 != 0) {
-      return "fp8 v is not in 4-byte words";  // the V transpose's loads
-    }
-    if (p.batch * p.heads_kv > 65535) return "grid y of the V transpose";
+    if (const char* why = vt::transpose_unsupported(p, p.workspace)) return why;
   } else {
     if (misaligned(p.v, 16)) return "v is not 16-byte aligned";
     for (const int64_t s : {p.v_stride_b, p.v_stride_h, p.v_stride_n}) {
@@ -329,21 +301,8 @@ int launch_qk_int8_attention(const QKAttentionParams& p, void* stream_ptr) {
     }
   }
   if (p.v_type == VType::kFloat8) {
-    const uint64_t nt = static_cast<uint64_t>(vt_tokens(p));
-    const dim3 grid(static_cast<unsigned>(nt / vt::kTileTokens), static_cast<unsigned>(p.batch * p.heads_kv));
-    const dim3 block(vt::kThreads);
-    const auto* v = static_cast<const uint8_t*>(p.v);
-    auto* vt = static_cast<uint8_t*>(p.workspace);
-    const int heads = static_cast<int>(p.heads_kv), kv = static_cast<int>(p.kv_len);
-    const int hd = static_cast<int>(p.head_dim);
-    if (d == 128) {
-      compat::launch<transpose_v_fp8_kernel<128>>(grid, block, 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
-                                                  p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
-    } else {
-      compat::launch<transpose_v_fp8_kernel<64>>(grid, block, 0, stream, p.overlap_launch, v, vt, p.v_stride_b,
-                                                  p.v_stride_h, p.v_stride_n, heads, kv, hd, static_cast<int64_t>(nt));
-    }
-    if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return static_cast<int>(err);
+    const int err = vt::launch_transpose_v_fp8(p, p.workspace, stream);
+    if (err != 0) return err;
   } else if (p.v_type != VType::kFloat8Vt) {
     // head_dim columns: the box's columns past them (padding) are filled with zeros by the TMA.
     const uint64_t dims[4] = {dv, static_cast<uint64_t>(p.kv_len), static_cast<uint64_t>(p.heads_kv),

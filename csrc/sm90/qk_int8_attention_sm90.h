@@ -7,13 +7,13 @@
 #pragma once
 #include <cstdint>
 
+#include "../common/attention_params.h"
+
 namespace sage {
 namespace sm90 {
 
-enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
-// kFloat8: float8_e4m3fn in V's layout, transposed by the launch; kFloat8Vt: float8_e4m3fn already in the kernel's
-// V^T layout (csrc/hip/vt_layout.h), as the V quantization writes it for sage::attention.
-enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2, kFloat8Vt = 3 };
+using sage::OutType;
+using sage::VType;
 
 // How the kernel runs. kSerial: one warpgroup a CTA of 64 query rows loads and computes in turn, three or four
 // CTAs an SM. kWarpSpecialized: a CTA of 128 query rows, one warpgroup issuing the loads and two computing, which
@@ -22,33 +22,10 @@ enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2, kFloat8Vt = 3
 // schedule steps its softmax by 192 keys, not 128 (the same within rounding).
 enum class Schedule : int { kSerial = 0, kWarpSpecialized = 1 };
 
-struct QKAttentionParams {
-  // Prologue outputs, contiguous: q_int8 [batch, heads_q, nq_pad, head_dim_pad], q_scale [batch, heads_q,
-  // nq_pad / kBlockQ], k_int8 [batch, heads_kv, nk_pad, head_dim_pad], k_scale [batch, heads_kv, nk_pad / kBlockK].
-  const int8_t* q;
-  const float* q_scale;
-  const int8_t* k;
-  const float* k_scale;
-  // V [batch, heads_kv, kv_len, head_dim] in element strides (last dim contiguous); fast mode: v_scale
-  // [batch, heads_kv, head_dim] float32 (sage::quant_v_fp8's outputs) and a workspace of
-  // qk_attention_workspace_bytes bytes (16-byte aligned) for V^T. kFloat8Vt: v is that V^T, 16-byte aligned (the
-  // strides are not read), and no workspace is needed.
-  const void* v;
-  VType v_type;
-  int64_t v_stride_b, v_stride_h, v_stride_n;
-  const float* v_scale;
-  void* workspace;
-  // out [batch, heads_q, qo_len, head_dim] in element strides (last dim contiguous); lse [batch, heads_q, qo_len].
-  void* out;
-  OutType out_type;
-  int64_t o_stride_b, o_stride_h, o_stride_n;
-  float* lse;
-  int64_t batch, heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad;
-  int64_t head_dim;      // of V and out: a multiple of 8, at most head_dim_pad
-  int64_t head_dim_pad;  // of q_int8 and k_int8 (the prologue's padding): 64 or 128
-  bool causal;       // upper-left aligned: key j is seen by query i when j <= i
+// The launch's arguments (csrc/common/attention_params.h; kFloat8 needs a workspace of
+// qk_attention_workspace_bytes for V^T) and the schedule.
+struct QKAttentionParams : AttentionParams {
   Schedule schedule;
-  bool overlap_launch;  // programmatic dependent launches (csrc/hip/compat.h launch())
 };
 
 // Bytes of workspace the call needs (0 in the accurate mode and for kFloat8Vt).
