@@ -1,0 +1,8 @@
+// The mma kernels of head_dim 128 with V in kBFloat16 (attention_kernel.cuh), for every CUDA arch of the build.
+#include "attention_kernel.cuh"
+
+namespace sage {
+namespace mma {
+SAGE_MMA_INSTANTIATE(128, VKind::kBFloat16)
+}  // namespace mma
+}  // namespace sage
