@@ -2,9 +2,10 @@
 
 The backend follows the installed torch and the toolkit beside it, never the presence of a GPU:
   CPU-only torch -> the C++ CPU kernels only (no CUDA, ROCm or Triton needed);
-  CUDA torch     -> also csrc/hip through nvcc, and the Triton kernels of the default GPU path compiled ahead of
-                    time for each arch of TORCH_CUDA_ARCH_LIST (default "8.0;9.0"), embedded in _C; with 9.0 in
-                    the list, also the hand-written Hopper kernel (csrc/sm90), and 9.0 is built as sm_90a;
+  CUDA torch     -> also csrc/hip and the hand-written mma.sync attention kernel (csrc/mma) through nvcc, and the
+                    Triton kernels compiled ahead of time for each arch of TORCH_CUDA_ARCH_LIST (default
+                    "8.0;8.6;8.9;9.0;12.0"), embedded in _C; with 9.0 in the list, also the hand-written Hopper
+                    kernel (csrc/sm90), and 9.0 is built as sm_90a;
   ROCm torch     -> likewise through hipcc, for each arch of PYTORCH_ROCM_ARCH (default "gfx1201;gfx1200").
 A CUDA/ROCm torch without a usable toolkit (no headers, or nvcc's CUDA major differs from torch's) gets the CPU
 build, said in one line; on the GPU the library then runs Triton's kernels, compiled on first use.
@@ -177,15 +178,17 @@ def extension(backend):
     cxx += ["-DSAGE_WITH_GPU"]  # csrc/ops/gpu_*.cpp are built: the CPU sources may call into them
     ops_dir, hip_dir = os.path.join(HERE, "csrc", "ops"), os.path.join(HERE, "csrc", "hip")
     if backend == "cuda":
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+        # Ampere (A100, RTX 30xx), Ada (RTX 40xx, L40), Hopper and Blackwell consumer (RTX 50xx) GPUs.
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;8.6;8.9;9.0;12.0")
         sm90 = use_sm90_arch()
-        nvcc = ["-O3", "-lineinfo"] + (["-DSAGE_WITH_SM90"] if sm90 else [])
+        defines = ["-DSAGE_WITH_MMA"] + (["-DSAGE_WITH_SM90"] if sm90 else [])
+        nvcc = ["-O3", "-lineinfo"] + defines
         # BuildExtension sends only .cu files to nvcc; each csrc/hip/X.cu is a one-line include of X.hip.
         return ext.CUDAExtension(
             "torch_sage._C",
-            sources + rel("csrc/hip/*.cu") + (rel("csrc/sm90/*.cu") if sm90 else []),
+            sources + rel("csrc/hip/*.cu") + rel("csrc/mma/*.cu") + (rel("csrc/sm90/*.cu") if sm90 else []),
             include_dirs=[hip_dir, ops_dir],
-            extra_compile_args={"cxx": cxx + (["-DSAGE_WITH_SM90"] if sm90 else []), "nvcc": nvcc},
+            extra_compile_args={"cxx": cxx + defines, "nvcc": nvcc},
             extra_link_args=link,
         )
     os.environ.setdefault("PYTORCH_ROCM_ARCH", "gfx1201;gfx1200")

@@ -272,6 +272,7 @@ def _quantized(b, hq, hk, n_q, n_k, d, layout, dtype, seed):
                                                   ("fp8", torch.bfloat16, torch.float32)])
 def test_precompiled_kernels_match_the_jit_bit_for_bit(d, layout, causal, mode, dtype, out_dtype, monkeypatch):
     monkeypatch.setenv("SAGEATTN_SK1_SM90", "0")  # the precompiled Triton kernel, also on sm_90
+    monkeypatch.setenv("SAGEATTN_SK1_MMA", "0")  # and on sm_80-sm_89 / sm_120
     q, k, v = _quantized(2, 4, 2, 300, 517, d, layout, dtype, seed=d)
     qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, k, layout, d ** -0.5, True)
     if mode == "fp8":  # the hand-written V quantization and the Triton one agree too
@@ -292,6 +293,7 @@ def test_precompiled_kernels_match_the_jit_bit_for_bit(d, layout, causal, mode, 
 def test_unaligned_v_takes_the_any_variant_and_matches_the_jit(monkeypatch):
     """A V view at an odd element offset (not 16-byte aligned) and a fused-QKV stride."""
     monkeypatch.setenv("SAGEATTN_SK1_SM90", "0")
+    monkeypatch.setenv("SAGEATTN_SK1_MMA", "0")
     qkv = torch.randn(1, 777, 3 * 4 * 128 + 1, dtype=torch.float16, device="cuda")[..., 1:]
     q, k, v = (qkv[..., i * 512:(i + 1) * 512].unflatten(-1, (4, 128)) for i in range(3))  # NHD views
     qi, qs, ki, ks, _ = torch.ops.sage.quant_qk_int8(q, k, "NHD", 128 ** -0.5, True)

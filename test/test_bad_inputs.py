@@ -97,6 +97,9 @@ BAD_INPUTS = [
     ("SAGEATTN_SK1_SM90=on",
      "os.environ['SAGEATTN_SK1_SM90'] = 'on'\ntry:\n    attention(q, k, v)\n"
      "finally:\n    del os.environ['SAGEATTN_SK1_SM90']", RuntimeError, "SAGEATTN_SK1_SM90 must be"),
+    ("SAGEATTN_SK1_MMA=on",
+     "os.environ['SAGEATTN_SK1_MMA'] = 'on'\ntry:\n    attention(q, k, v)\n"
+     "finally:\n    del os.environ['SAGEATTN_SK1_MMA']", RuntimeError, "SAGEATTN_SK1_MMA must be"),
     ("SAGEATTN_SK1_OVERLAP=yes, quant_v_fp8",
      "os.environ['SAGEATTN_SK1_OVERLAP'] = 'yes'\ntry:\n    torch.ops.sage.quant_v_fp8(v, 'HND')\n"
      "finally:\n    del os.environ['SAGEATTN_SK1_OVERLAP']", RuntimeError, "SAGEATTN_SK1_OVERLAP must be"),
@@ -129,7 +132,8 @@ for name, snippet in entries:
 def run_entries(entries, device):
     """{name: result} for (name, snippet) entries, run in as few child processes as crashes allow."""
     env = dict(os.environ, SAGE_BAD_INPUT_DEVICE=device)
-    for var in ("SAGEATTN_SK1_PROLOGUE", "SAGEATTN_SK1_GFX1200", "SAGEATTN_SK1_SM90", "SAGEATTN_SK1_OVERLAP"):
+    for var in ("SAGEATTN_SK1_PROLOGUE", "SAGEATTN_SK1_GFX1200", "SAGEATTN_SK1_SM90", "SAGEATTN_SK1_MMA",
+                "SAGEATTN_SK1_OVERLAP"):
         env.pop(var, None)
     results, pending = {}, list(entries)
     while pending:

@@ -21,6 +21,7 @@ def sm90(monkeypatch):
     if not torch.cuda.is_available() or torch.version.hip or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (H100 / H200)")
     monkeypatch.setenv("SAGEATTN_SK1_SM90", "1")
+    monkeypatch.delenv("SAGEATTN_SK1_MMA", raising=False)  # forced, it would run instead (kernel_choice.h)
 
 
 SM90_KERNELS = ("qk_int8_attention_kernel", "qk_int8_attention_ws_kernel")  # serial, warp-specialized

@@ -17,7 +17,15 @@ from torch.utils import cpp_extension as ext
 
 ROOT = Path(__file__).resolve().parents[1]
 # The GPU host code that torch's hipify rewrites on ROCm (c10/cuda, ATen/cuda and CUDA driver names).
-HIPIFIED = ["csrc/ops/gpu_arch_hip.cpp", "csrc/ops/gpu_prologue_hip.cpp", "csrc/ops/gpu_sm90_attention_hip.cpp", "csrc/ops/gpu_triton_kernels_hip.cpp", "csrc/ops/gpu_triton_launch_hip.cpp"]
+HIPIFIED = [
+    "csrc/ops/gpu_arch_hip.cpp",
+    "csrc/ops/gpu_attention_hip.cpp",
+    "csrc/ops/gpu_mma_attention_hip.cpp",
+    "csrc/ops/gpu_prologue_hip.cpp",
+    "csrc/ops/gpu_sm90_attention_hip.cpp",
+    "csrc/ops/gpu_triton_kernels_hip.cpp",
+    "csrc/ops/gpu_triton_launch_hip.cpp",
+]
 
 
 def snapshot(root):
@@ -118,10 +126,14 @@ def test_cuda_branch_compiles_the_cu_wrappers(tree, monkeypatch):
     assert [s for s in sources if s.startswith("csrc/hip/")] == ["csrc/hip/quant_qk_int8.cu", "csrc/hip/quant_v_fp8.cu"]
     assert {"csrc/ops/gpu_prologue.cpp", "csrc/ops/gpu_triton_kernels.cpp", "csrc/ops/gpu_triton_launch.cpp"} <= set(sources)
     assert after == before  # no hipify on CUDA
-    # Hopper in the list: built as sm_90a (wgmma), with the hand-written kernel of csrc/sm90.
-    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a"
+    # Hopper in the list: built as sm_90a (wgmma), with the hand-written kernel of csrc/sm90; the mma kernel for
+    # every arch of the list.
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;8.6;8.9;9.0a;12.0"
     assert "csrc/sm90/qk_int8_attention_sm90.cu" in sources
+    assert {f"csrc/mma/inst_d{d}_{v}.cu" for d in (64, 128) for v in ("float16", "bfloat16", "float8")} <= set(sources)
     assert "-DSAGE_WITH_SM90" in extension.extra_compile_args["nvcc"]
+    assert "-DSAGE_WITH_MMA" in extension.extra_compile_args["nvcc"]
+    assert "-DSAGE_WITH_MMA" in extension.extra_compile_args["cxx"]
     for cu in (ROOT / "csrc" / "hip").glob("*.cu"):  # each X.cu is the one-line include of X.hip
         assert cu.read_text().strip() == f'#include "{cu.stem}.hip"'
 
@@ -131,7 +143,7 @@ def test_cpu_branch_has_no_gpu_sources(tree, monkeypatch):
     before = snapshot(tree)
     extension, _ = run_setup(tree, monkeypatch)
     after = snapshot(tree)
-    assert not any("gpu_" in s or s.startswith(("csrc/hip/", "csrc/sm90/")) for s in extension.sources)
+    assert not any("gpu_" in s or s.startswith(("csrc/hip/", "csrc/sm90/", "csrc/mma/")) for s in extension.sources)
     assert after == before
 
 
@@ -144,7 +156,7 @@ def test_cuda_torch_without_a_usable_toolkit_builds_cpu_code(tree, monkeypatch, 
     """A CUDA torch whose toolkit is missing or of another CUDA major gets the CPU extension and one line why."""
     simulate(monkeypatch, "cuda", None if toolkit is None else fake_cuda_toolkit(tree / "cuda", **toolkit))
     extension, _ = run_setup(tree, monkeypatch)
-    assert not any("gpu_" in s or s.startswith(("csrc/hip/", "csrc/sm90/")) for s in extension.sources)
+    assert not any("gpu_" in s or s.startswith(("csrc/hip/", "csrc/sm90/", "csrc/mma/")) for s in extension.sources)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("torch_sage setup:")]
     assert len(lines) == 1 and why in lines[0] and "CPU extension only" in lines[0], lines
 

@@ -1,7 +1,7 @@
 """Runs the prologue (HIP and Triton) and the attention over awkward shapes, for compute-sanitizer:
-compute-sanitizer --tool memcheck --error-exitcode 1 python tools/gpu_memcheck.py [--attention] [--sm90]
+compute-sanitizer --tool memcheck --error-exitcode 1 python tools/gpu_memcheck.py [--attention] [--sm90] [--mma]
 (--sm90: the attention calls also with SAGEATTN_SK1_SM90=1 and =ws, the hand-written Hopper kernel's two schedules,
-on an sm_90 GPU)"""
+on an sm_90 GPU; --mma: also with SAGEATTN_SK1_MMA=1, the mma.sync kernel, on any NVIDIA GPU)"""
 import os
 import sys
 
@@ -21,8 +21,10 @@ for impl in ("hip", "triton"):
             for smooth_k in (False, True):
                 torch.ops.sage.quant_qk_int8(q, k, "NHD", 0.1, smooth_k)
                 if "--attention" in sys.argv:
-                    for sm90 in ("0", "1", "ws") if "--sm90" in sys.argv else ("0",):
-                        os.environ["SAGEATTN_SK1_SM90"] = sm90
+                    settings = [("0", "0")] + ([("1", "0"), ("ws", "0")] if "--sm90" in sys.argv else [])
+                    settings += [("0", "1")] if "--mma" in sys.argv else []
+                    for sm90, mma in settings:
+                        os.environ["SAGEATTN_SK1_SM90"], os.environ["SAGEATTN_SK1_MMA"] = sm90, mma
                         for mode in ("fp16", "fp8"):
                             torch.ops.sage.attention(q, k, v, "NHD", True, None, smooth_k, mode)
 torch.cuda.synchronize()

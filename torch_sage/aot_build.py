@@ -65,12 +65,20 @@ class Spec(NamedTuple):
         return ",".join(self.types.values())
 
 
+def has_e4m3(arch: str) -> bool:
+    """Whether Triton has float8_e4m3fn on arch: not on NVIDIA before sm_89 (Ampere), where sage::attention's fast
+    mode runs the accurate one (csrc/ops/attention.cpp)."""
+    return not (arch.startswith("sm_") and int(arch[3:].rstrip("a")) < 89)
+
+
 def kernel_set(arch: str) -> List[Spec]:
     """Every kernel the C++ dispatcher can launch on arch ("sm_90", "gfx1201", ...)."""
     specs = []
     for dp in HEAD_DIMS_PAD:
         for v, o in ATTENTION_DTYPES:
             fp8 = v == "fp8e4nv"
+            if fp8 and not has_e4m3(arch):
+                continue
             for causal in (False, True):
                 for fast in (True, False):
                     types = {n: "i64" if n in _ATTN_ANY_I64 and not fast else t.format(v=v, o=o)

@@ -1,7 +1,7 @@
 // sage::attention and sage::attention_with_lse: input checks, then prologue -> (V quantization) -> kernel,
 // each step through the dispatcher so every device runs its own kernels, except where a GPU call saves host time:
-// the GPU prologue's intermediates come from one allocation (gpu_prologue.h), and on sm_90 the fast mode's last two
-// steps are one (gpu_sm90_attention.h: the V quantization writes the Hopper kernel's own V layout).
+// the GPU prologue's intermediates come from one allocation (gpu_prologue.h), and where a hand-written kernel runs
+// the fast mode its last two steps are one (gpu_attention.h: the V quantization writes that kernel's own V layout).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -11,10 +11,8 @@
 #include "input_checks.h"
 #include "prologue_outputs.h"
 #if defined(SAGE_WITH_GPU)
+#include "gpu_attention.h"
 #include "gpu_prologue.h"
-#endif
-#if defined(SAGE_WITH_SM90)
-#include "gpu_sm90_attention.h"
 #endif
 
 namespace sage {
@@ -108,7 +106,14 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, &v, hnd, /*allow_fp32=*/true);
-  const PvMode mode = resolve_pv_mode(std::string(pv_mode));
+  PvMode mode = resolve_pv_mode(std::string(pv_mode));
+#if defined(SAGE_WITH_GPU)
+  if (mode == PvMode::kFp8 && q.is_cuda() && !gpu_has_e4m3(q.device())) {
+    TORCH_WARN_ONCE("sage: pv_mode=\"fp8\" needs e4m3 tensor cores (NVIDIA sm_89 or newer), which this GPU lacks: "
+                    "it runs the accurate mode (pv_mode=\"fp16\") instead");
+    mode = PvMode::kFp16;
+  }
+#endif
   const double scale = sm_scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
   q_multiplier(scale);  // checks that sm_scale * log2(e) is a finite float32 before any work
   const at::ScalarType out_dtype = q.scalar_type();
@@ -140,9 +145,9 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   const auto& [q_int8, q_scale, k_int8, k_scale, k_mean] = *prologue;
   const int64_t qo_len = head_view(q, hnd).tokens, kv_len = head_view(k, hnd).tokens;
   std::optional<std::tuple<at::Tensor, at::Tensor>> result;
-#if defined(SAGE_WITH_SM90)
+#if defined(SAGE_WITH_GPU)
   if (mode == PvMode::kFp8) {
-    result = try_sm90_fast_attention(q_int8, q_scale, k_int8, k_scale, v16, qo_len, layout, is_causal, out_dtype);
+    result = try_fused_fast_attention(q_int8, q_scale, k_int8, k_scale, v16, qo_len, layout, is_causal, out_dtype);
   }
 #endif
   if (!result) {

@@ -1,7 +1,7 @@
-// CUDA/HIP kernel of sage::qk_int8_attention: tensors -> the arguments of the Triton kernel compiled at build time
-// (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build did not precompile (another GPU
-// arch, or a specialization outside the set) runs through Triton's JIT instead: sage::_qk_int8_attention_triton,
-// registered from Python (torch_sage/triton_jit_ops.py), after a one-time warning.
+// The Triton kernel of sage::qk_int8_attention (gpu_triton_attention.h): tensors -> the arguments of the kernel
+// compiled at build time (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build did not
+// precompile (another GPU arch, or a specialization outside the set) runs through Triton's JIT instead:
+// sage::_qk_int8_attention_triton, registered from Python (torch_sage/triton_jit_ops.py), after a one-time warning.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -14,13 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "qk_attention_args.h"
+#include "gpu_triton_attention.h"
 #include "input_checks.h"
-#include "gpu_arch.h"
 #include "triton_images.h"
-#if defined(SAGE_WITH_SM90)
-#include "gpu_sm90_attention.h"
-#endif
 
 namespace sage {
 namespace {
@@ -78,23 +74,16 @@ int32_t as_i32(int64_t v, const char* what) {
   return static_cast<int32_t>(v);
 }
 
-using AttentionOut = std::tuple<at::Tensor, at::Tensor>;
+}  // namespace
 
-AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8,
-                                   const at::Tensor& k_scale, const at::Tensor& v_in,
-                                   const std::optional<at::Tensor>& v_scale, c10::SymInt qo_len_sym,
-                                   c10::string_view layout_view, bool is_causal, at::ScalarType out_dtype) {
-  const std::string arch = device_arch(q_int8.device());  // a GPU torch_sage does not run on: its error first
-  const std::string layout(layout_view);
-  const int64_t qo_len = qo_len_sym.guard_int(__FILE__, __LINE__);
-  const AttentionArgs a =
-      check_attention_args(q_int8, q_scale, k_int8, k_scale, v_in, v_scale, qo_len, layout, is_causal, out_dtype);
-  const c10::cuda::CUDAGuard guard(q_int8.device());
-  auto [out, lse] = allocate_attention_out(a);
-  if (lse.numel() == 0) return {out, lse};
-#if defined(SAGE_WITH_SM90)
-  if (try_sm90_attention(a, out, lse)) return {out, lse};
-#endif
+std::tuple<at::Tensor, at::Tensor> triton_attention(const AttentionArgs& a, const at::Tensor& out,
+                                                    const at::Tensor& lse, const std::string& arch) {
+  using AttentionOut = std::tuple<at::Tensor, at::Tensor>;
+  const at::Tensor &q_int8 = a.q_int8, &q_scale = a.q_scale, &k_int8 = a.k_int8, &k_scale = a.k_scale;
+  const std::optional<at::Tensor>& v_scale = a.v_scale;
+  const bool is_causal = a.is_causal;
+  const at::ScalarType out_dtype = a.out_dtype;
+  const std::string layout = a.hnd ? "HND" : "NHD";
   const int64_t dp = q_int8.size(3);
   const char *vt = triton_type(a.v.scalar_type()), *ot = triton_type(out_dtype);
 
@@ -128,7 +117,7 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
                           .typed<AttentionOut(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                               const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                               c10::SymInt, c10::string_view, bool, at::ScalarType)>();
-    return jit.call(q_int8, q_scale, k_int8, k_scale, a.v, v_scale, c10::SymInt(qo_len), layout, is_causal,
+    return jit.call(q_int8, q_scale, k_int8, k_scale, a.v, v_scale, c10::SymInt(a.qo_len), layout, is_causal,
                     out_dtype);
   }
   TORCH_CHECK(ho.stride_n * img->tile_m <= std::numeric_limits<int32_t>::max(),
@@ -161,9 +150,5 @@ AttentionOut qk_int8_attention_gpu(const at::Tensor& q_int8, const at::Tensor& q
   run(*img, q_int8.device(), signature, (a.qo_len + img->tile_m - 1) / img->tile_m, a.heads_q, a.batch, args);
   return {out, lse};
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(sage, CUDA, m) { m.impl("qk_int8_attention", &qk_int8_attention_gpu); }
 
 }  // namespace sage

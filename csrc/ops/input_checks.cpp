@@ -50,6 +50,19 @@ Sm90Use sm90_use() {
   return value == "1" ? Sm90Use::kForce : value == "ws" ? Sm90Use::kForceWs : Sm90Use::kOff;
 }
 
+MmaUse mma_use() {
+  const char* env = std::getenv("SAGEATTN_SK1_MMA");
+  const std::string value = env == nullptr ? "" : env;
+  TORCH_CHECK(value.empty() || value == "0" || value == "1",
+              "sage: SAGEATTN_SK1_MMA must be unset (the hand-written mma.sync kernel on sm_80-sm_89 and "
+              "sm_120/121), \"1\" (also on sm_90, wherever it can run) or \"0\" (the Triton kernel there), got \"",
+              value, "\"");
+  if (value.empty()) return MmaUse::kAuto;
+  return value == "1" ? MmaUse::kForce : MmaUse::kOff;
+}
+
+KernelSettings kernel_settings() { return KernelSettings{sm90_use(), mma_use()}; }
+
 bool overlap_launches() {
   const char* env = std::getenv("SAGEATTN_SK1_OVERLAP");
   const std::string value = env == nullptr ? "" : env;
@@ -62,7 +75,7 @@ bool overlap_launches() {
 
 void check_settings() {
   use_triton_prologue();
-  sm90_use();
+  kernel_settings();
   overlap_launches();
   // The opt-in itself is applied where a gfx1200 is found (gpu_arch.h); its value is checked everywhere.
   const char* gfx1200 = std::getenv("SAGEATTN_SK1_GFX1200");

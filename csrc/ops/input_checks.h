@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../contract.h"
+#include "kernel_choice.h"
 
 namespace sage {
 
@@ -27,12 +28,15 @@ void check_input(const at::Tensor& t, const char* name, bool allow_fp32);
 // opaque); a CUDA graph replays the kernels chosen while it was captured.
 bool use_triton_prologue();
 
-// SAGEATTN_SK1_SM90, the hand-written Hopper attention kernel where the build has it and the call suits it:
-// unset or empty: kAuto (where it is the faster kernel, in the faster schedule), "1": kForce (every call it can take,
-// serial schedule), "ws": kForceWs (the same, warp-specialized schedule), "0": kOff (the Triton kernel); any other
-// value raises.
-enum class Sm90Use { kOff, kAuto, kForce, kForceWs };
+// SAGEATTN_SK1_SM90 (kernel_choice.h Sm90Use): unset or empty: kAuto, "1": kForce, "ws": kForceWs, "0": kOff; any
+// other value raises.
 Sm90Use sm90_use();
+
+// SAGEATTN_SK1_MMA (kernel_choice.h MmaUse): unset or empty: kAuto, "1": kForce, "0": kOff; any other value raises.
+MmaUse mma_use();
+
+// Both kernel settings, read once per call.
+KernelSettings kernel_settings();
 
 // SAGEATTN_SK1_OVERLAP: false for "0", true when unset, empty or "1"; any other value raises. Read at every call.
 // True lets the GPU kernels of a call start while the previous kernel finishes, where the GPU can (compat.h launch()).

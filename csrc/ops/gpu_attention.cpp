@@ -1,0 +1,118 @@
+// The GPU kernel of sage::qk_int8_attention and sage::attention's fused fast mode: checks, outputs, then the one
+// kernel choice (kernel_choice.h) and the chosen kernel's launch; a hand-written kernel that refuses the call leaves
+// it to the Triton kernel.
+#include "gpu_attention.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "gpu_arch.h"
+#include "gpu_attention_params.h"
+#include "gpu_prologue.h"
+#include "gpu_triton_attention.h"
+#include "input_checks.h"
+#include "kernel_choice.h"
+#if defined(SAGE_WITH_SM90)
+#include "gpu_sm90_attention.h"
+#endif
+#if defined(SAGE_WITH_MMA)
+#include "gpu_mma_attention.h"
+#endif
+
+namespace sage {
+namespace {
+
+bool is_sm90(AttentionKernel k) { return k == AttentionKernel::kSm90Serial || k == AttentionKernel::kSm90Ws; }
+
+// Why the chosen hand-written kernel cannot take p (nullptr when it can, or for the Triton kernel).
+const char* refusal(AttentionKernel k, const AttentionParams& p) {
+#if defined(SAGE_WITH_SM90)
+  if (is_sm90(k)) return sm90_refusal(p, k == AttentionKernel::kSm90Ws);
+#endif
+#if defined(SAGE_WITH_MMA)
+  if (k == AttentionKernel::kMma) return mma_refusal(p);
+#endif
+  (void)p;
+  return is_sm90(k) || k == AttentionKernel::kMma ? "not built" : nullptr;
+}
+
+// Launches the chosen hand-written kernel on p; false, having launched nothing, when it does not run it.
+bool run_hand_written(AttentionKernel k, const AttentionParams& p, const at::Tensor& like) {
+#if defined(SAGE_WITH_SM90)
+  if (is_sm90(k)) return run_sm90_attention(p, k == AttentionKernel::kSm90Ws, like);
+#endif
+#if defined(SAGE_WITH_MMA)
+  if (k == AttentionKernel::kMma) return run_mma_attention(p, like);
+#endif
+  (void)k, (void)p, (void)like;
+  return false;
+}
+
+std::tuple<at::Tensor, at::Tensor> qk_int8_attention_gpu(
+    const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
+    const at::Tensor& v, const std::optional<at::Tensor>& v_scale, c10::SymInt qo_len_sym,
+    c10::string_view layout_view, bool is_causal, at::ScalarType out_dtype) {
+  const std::string arch = device_arch(q_int8.device());  // a GPU torch_sage does not run on: its error first
+  const int64_t qo_len = qo_len_sym.guard_int(__FILE__, __LINE__);
+  const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len,
+                                               std::string(layout_view), is_causal, out_dtype);
+  TORCH_CHECK(!a.fp8 || gpu_has_e4m3(q_int8.device()), "sage::qk_int8_attention: a float8_e4m3fn v (the fast "
+              "mode) needs a GPU with e4m3 tensor cores (NVIDIA sm_89 or newer); this one is ", arch);
+  const c10::cuda::CUDAGuard guard(q_int8.device());
+  auto [out, lse] = allocate_attention_out(a);
+  if (lse.numel() == 0) return {out, lse};
+  const AttentionKernel k =
+      choose_kernel(kernel_call(a, arch_number(q_int8.device()), a.fp8), kernel_settings(), kBuiltKernels);
+  if (k != AttentionKernel::kTriton) {
+    AttentionParams p = attention_params(a, out, lse);
+    set_given_v(p, a);
+    if (run_hand_written(k, p, v)) return {out, lse};
+  }
+  return triton_attention(a, out, lse, arch);
+}
+
+}  // namespace
+
+bool gpu_has_e4m3(const c10::Device& device) {
+  const int arch = arch_number(device);
+  return arch == 0 || arch >= 89;
+}
+
+std::optional<std::tuple<at::Tensor, at::Tensor>> try_fused_fast_attention(
+    const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
+    const at::Tensor& v, int64_t qo_len, const std::string& layout, bool is_causal, at::ScalarType out_dtype) {
+  if (!v.is_cuda() || use_triton_prologue()) return std::nullopt;
+  // V as given (16-bit): the checks of qk_int8_attention's accurate mode, which hold for the fast one too.
+  const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, std::nullopt, qo_len, layout,
+                                               is_causal, out_dtype);
+  const AttentionKernel k =
+      choose_kernel(kernel_call(a, arch_number(v.device()), /*fast=*/true), kernel_settings(), kBuiltKernels);
+  if (k == AttentionKernel::kTriton) return std::nullopt;
+  // The V quantization's grid holds batch * heads_kv in y: larger calls take the unfused pair.
+  if (a.batch * a.heads_k > 65535) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(v.device());
+  auto [out, lse] = allocate_attention_out(a);
+  if (lse.numel() == 0) return std::nullopt;  // no query or no head: qk_int8_attention returns the empty outputs
+  AttentionParams p = attention_params(a, out, lse);
+  QuantVParams quant = quant_v_params(v, a.hnd);
+  const int64_t v_scale_shape[] = {quant.batch, quant.heads, quant.head_dim};
+  const int64_t workspace_bytes = quant_v_fp8_workspace_bytes(quant);
+  const int64_t vt_bytes = quant_v_fp8_vt_bytes(quant);
+  const auto parts = carve(v, {{v_scale_shape, at::kFloat}, {{workspace_bytes}, at::kByte}, {{vt_bytes}, at::kByte}});
+  p.v = parts[2].const_data_ptr();
+  p.v_type = VType::kFloat8Vt;
+  p.v_scale = parts[0].const_data_ptr<float>();
+  if (refusal(k, p) != nullptr) return std::nullopt;
+  quant.v_scale = parts[0].data_ptr<float>();
+  quant.workspace = workspace_bytes > 0 ? parts[1].data_ptr() : nullptr;
+  quant.v_t = static_cast<uint8_t*>(parts[2].data_ptr());
+  const int err = launch_quant_v_fp8(quant, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "sage::attention: the V quantization failed to launch (CUDA error ", err, ")");
+  if (!run_hand_written(k, p, v)) return std::nullopt;
+  return std::make_tuple(out, lse);
+}
+
+TORCH_LIBRARY_IMPL(sage, CUDA, m) { m.impl("qk_int8_attention", &qk_int8_attention_gpu); }
+
+}  // namespace sage

@@ -1,0 +1,29 @@
+// AttentionParams -> the launcher in csrc/mma (see gpu_mma_attention.h).
+#if defined(SAGE_WITH_MMA)
+#include "gpu_mma_attention.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include "../mma/qk_int8_attention_mma.h"
+
+namespace sage {
+
+const char* mma_refusal(const AttentionParams& p) { return mma::qk_attention_unsupported(p); }
+
+bool run_mma_attention(const AttentionParams& p_in, const at::Tensor& like) {
+  AttentionParams p = p_in;
+  at::Tensor workspace;  // before the check, which asks for it
+  if (const int64_t bytes = mma::qk_attention_workspace_bytes(p); bytes > 0) {
+    workspace = at::empty({bytes}, like.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+  }
+  if (mma::qk_attention_unsupported(p) != nullptr) return false;
+  const int err = mma::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "sage::qk_int8_attention: the mma kernel failed to launch (CUDA error ", err, ")");
+  return true;
+}
+
+}  // namespace sage
+#endif  // SAGE_WITH_MMA

@@ -1,0 +1,83 @@
+// Which attention kernel runs a call of sage::qk_int8_attention (and of sage::attention's fused fast mode): the
+// one place of that rule, a pure function of the GPU, the build, the settings and the call's shape. No ATen:
+// test/test_kernel_choice.py checks it on the CPU through sage::_attention_kernel_choice (kernel_choice.cpp).
+#pragma once
+#include <cstdint>
+
+namespace sage {
+
+// SAGEATTN_SK1_SM90 (input_checks.h sm90_use reads it): the hand-written Hopper kernel where it is faster (kAuto),
+// wherever it can run in the serial (kForce) or warp-specialized (kForceWs) schedule, or never (kOff).
+enum class Sm90Use { kOff, kAuto, kForce, kForceWs };
+// SAGEATTN_SK1_MMA (input_checks.h mma_use): the hand-written mma.sync kernel on the GPUs it is made for, sm_80 to
+// sm_89 and sm_120/121 (kAuto, once kMmaDefaultOn), on every NVIDIA GPU from sm_80 on, sm_90 included (kForce, for
+// tests and benchmarks on the H100), or never (kOff).
+enum class MmaUse { kOff, kAuto, kForce };
+
+struct KernelSettings {
+  Sm90Use sm90;
+  MmaUse mma;
+};
+
+enum class AttentionKernel { kTriton, kSm90Serial, kSm90Ws, kMma };
+
+// What the choice reads of a call.
+struct KernelCall {
+  int arch;  // NVIDIA compute capability as 10 major + minor (80, 86, 89, 90, 120); 0 on AMD
+  bool fast;  // fp8 V (the fast mode)
+  int64_t head_dim_pad, qo_len, kv_len;
+};
+
+// The kernels this build compiled (setup.py: SAGE_WITH_SM90, SAGE_WITH_MMA).
+struct BuiltKernels {
+  bool sm90, mma;
+};
+
+// Below this many keys the fast mode runs the Triton kernel on sm_90: the sm90 path measured slower there, with its
+// V transpose (F18: 256 keys 0.077 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099) and without
+// it, the V quantized straight into V^T (F29: 256 keys 0.053 against 0.049).
+constexpr int64_t kMinSm90FastKeys = 512;
+
+// The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128, on
+// calls of thousands of tokens (F21, three runs on the H200: 1.17-1.21x cuDNN against 1.12-1.17x at 32760 and 75600
+// tokens, 0.95-1.02x against 0.94-0.99x at 2x24x16384, 2 runs of 3 at 4608), and causal since it steps by 192 keys
+// (F45, H100: 0.986 against 1.103 ms at 1x32x8192); slower at head_dim 64, in the fast mode and at 256-1024 tokens.
+constexpr int64_t kMinWsTokens = 4096;
+
+// The GPUs the mma kernel is made to be the default on.
+constexpr bool mma_target_arch(int arch) { return (arch >= 80 && arch < 90) || arch == 120 || arch == 121; }
+
+// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs: not until it has passed the GPU suite on a GPU
+// (issue 41: no device could be started in the session that wrote it), so that no user's default is a kernel that
+// never ran; SAGEATTN_SK1_MMA=1 runs it meanwhile.
+constexpr bool kMmaDefaultOn = false;
+
+constexpr bool mma_default_arch(int arch) { return kMmaDefaultOn && mma_target_arch(arch); }
+
+// The kernel for a call. A hand-written kernel chosen here may still refuse the call for what the choice does not
+// read (alignment, grid limits, no image for the device): its launcher then says so and the Triton kernel runs.
+inline AttentionKernel choose_kernel(const KernelCall& c, const KernelSettings& s, const BuiltKernels& built) {
+  const bool tiles = c.head_dim_pad == 64 || c.head_dim_pad == 128;  // both hand-written kernels' head_dims
+  if (!tiles || c.arch == 0) return AttentionKernel::kTriton;
+  const bool mma_on = built.mma && (s.mma == MmaUse::kForce || (s.mma == MmaUse::kAuto && mma_default_arch(c.arch)));
+  // The mma kernel's fast mode needs e4m3 tensor cores (sm_89 and newer); on sm_80 / sm_86 it is the Triton kernel's.
+  if (mma_on && c.arch >= 80 && (!c.fast || c.arch >= 89)) return AttentionKernel::kMma;
+  if (built.sm90 && c.arch == 90 && s.sm90 != Sm90Use::kOff) {
+    if (s.sm90 == Sm90Use::kAuto && c.fast && c.kv_len < kMinSm90FastKeys) return AttentionKernel::kTriton;
+    const bool auto_ws = s.sm90 == Sm90Use::kAuto && !c.fast && c.head_dim_pad == 128 && c.qo_len >= kMinWsTokens &&
+                         c.kv_len >= kMinWsTokens;
+    return s.sm90 == Sm90Use::kForceWs || auto_ws ? AttentionKernel::kSm90Ws : AttentionKernel::kSm90Serial;
+  }
+  return AttentionKernel::kTriton;
+}
+
+inline const char* kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kSm90Serial: return "sm90";
+    case AttentionKernel::kSm90Ws: return "sm90-ws";
+    case AttentionKernel::kMma: return "mma";
+    default: return "triton";
+  }
+}
+
+}  // namespace sage
