@@ -1,7 +1,9 @@
 """Side-by-side attention benchmark on the GPU, in one run: torch_sage (whole call, prologue included) in its
-default mode (auto), with smooth_k=False (what key smoothing costs) and in the fp8 mode (on sm_90 also with the
-hand-written kernel forced to each of its two schedules and with the precompiled Triton kernel), against
-F.scaled_dot_product_attention with the flash and cuDNN backends and, when installed, sageattention 1.0.6.
+default mode (auto), with smooth_k=False (what key smoothing costs) and in the fp8 mode, each mode also with the
+hand-written mma kernel forced (sage-mma-*), with the precompiled Triton kernel (sage-triton-*) and on sm_90 with the
+sm90 kernel forced to each of its two schedules, against F.scaled_dot_product_attention with the flash and cuDNN
+backends and, when importable, SageAttention 2.2.0's CUDA kernels (sage2-*; run_gpu.sh SAGE_SAGE2=1) or else
+sageattention 1.0.6, and on sm_90 FlashAttention-3 (fa3-bf16, fa3-e4m3; the fa3_fwd wheel in .whl/).
 Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy against float64 exact
 attention (first head, first 1024 queries); writes a CSV and a PNG plot. Long calls are timed one call between two
 CUDA events, the methods in turns (each turn in its own order); short calls (256-1024 tokens) one call at a time
@@ -37,17 +39,19 @@ BACK_TO_BACK = 4  # calls queued between two events for the "b2b" columns
 
 
 @contextlib.contextmanager
-def sm90_setting(value):
-    """SAGEATTN_SK1_SM90 = value inside, the caller's setting (or none) after."""
-    old = os.environ.get("SAGEATTN_SK1_SM90")
-    os.environ["SAGEATTN_SK1_SM90"] = value
+def env_setting(**values):
+    """The environment variables given (e.g. SAGEATTN_SK1_SM90="0") set inside, the caller's settings (or none)
+    after: torch_sage reads its kernel choices at each call."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["SAGEATTN_SK1_SM90"]
-        else:
-            os.environ["SAGEATTN_SK1_SM90"] = old
+        for name, value in old.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def bench_inputs(b, h, n, d, dtype=torch.bfloat16):
@@ -60,31 +64,70 @@ def bench_inputs(b, h, n, d, dtype=torch.bfloat16):
     return q, k, v
 
 
+def fa3_interface():
+    """FlashAttention-3's flash_attn_func from the fa3_fwd wheel (.whl/), or None: its interface imports the
+    config module under flash_attn's name."""
+    try:
+        import fa3_fwd_config
+        sys.modules.setdefault("flash_attn_config", fa3_fwd_config)
+        from fa3_fwd_interface import flash_attn_func
+    except ImportError:
+        return None
+    return flash_attn_func
+
+
 def methods():
     m = {
         "sage-auto": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c),
         "sage-auto-nosmooth": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, smooth_k=False),
         "sage-fp8": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c, pv_mode="fp8"),
     }
-    if torch.cuda.get_device_capability() == (9, 0):
-        for mode in ("auto", "fp8"):
-            # The sm90 kernel forced to each schedule (the default picks one per call), and the precompiled Triton
-            # kernel.
-            for name, setting in (("sm90serial", "1"), ("sm90ws", "ws"), ("triton", "0")):
-                def run(q, k, v, c, mode=mode, setting=setting):
-                    with sm90_setting(setting):
-                        return torch_sage.attention(q, k, v, is_causal=c, pv_mode=mode)
-                m[f"sage-{name}-{mode}"] = run
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    for mode in ("auto", "fp8"):
+        # The hand-written mma kernel forced (SAGEATTN_SK1_MMA=1, sm_90 included; a build without it falls back),
+        # and the precompiled Triton kernel on every GPU (mma and, on sm_90, the sm90 kernel off).
+        settings = [("mma", dict(SAGEATTN_SK1_MMA="1")),
+                    ("triton", dict(SAGEATTN_SK1_MMA="0", SAGEATTN_SK1_SM90="0"))]
+        if sm90:
+            # The sm90 kernel forced to each schedule (the default picks one per call).
+            settings += [("sm90serial", dict(SAGEATTN_SK1_SM90="1")), ("sm90ws", dict(SAGEATTN_SK1_SM90="ws"))]
+        for name, setting in settings:
+            def run(q, k, v, c, mode=mode, setting=setting):
+                with env_setting(**setting):
+                    return torch_sage.attention(q, k, v, is_causal=c, pv_mode=mode)
+            m[f"sage-{name}-{mode}"] = run
     for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
         def run(q, k, v, c, backend=backend):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=c)
         m[name] = run
     try:
-        from sageattention import sageattn as sage106
-        m["sageattention-1.0.6"] = lambda q, k, v, c: sage106(q, k, v, is_causal=c)
+        import sageattention
     except ImportError:
-        pass
+        sageattention = None
+    if hasattr(sageattention, "sageattn_qk_int8_pv_fp16_cuda"):
+        # SageAttention 2.2.0 (run_gpu.sh SAGE_SAGE2=1; the same package name as 1.0.6): its INT8 QK kernels with
+        # FP16 PV (sm80) in the most accurate and the fastest accumulation, and with FP8 PV (sm89, which the H100
+        # runs too; its sm90 kernel is not built). Head dims 64 and 128 only, as the shapes here have.
+        # Rows only for the extensions that imported (a missing one fails an assert in the call).
+        s2 = sageattention
+        for acc in ("fp32", "fp16") if s2.core.SM80_ENABLED else ():
+            m[f"sage2-sm80-{acc}"] = lambda q, k, v, c, acc=acc: s2.sageattn_qk_int8_pv_fp16_cuda(
+                q, k, v, tensor_layout="HND", is_causal=c, pv_accum_dtype=acc)
+        for acc in ("fp32+fp32", "fp32+fp16") if s2.core.SM89_ENABLED else ():
+            m[f"sage2-sm89-{acc}"] = lambda q, k, v, c, acc=acc: s2.sageattn_qk_int8_pv_fp8_cuda(
+                q, k, v, tensor_layout="HND", is_causal=c, pv_accum_dtype=acc)
+    elif sageattention is not None:
+        m["sageattention-1.0.6"] = lambda q, k, v, c: sageattention.sageattn(q, k, v, is_causal=c)
+    fa3 = fa3_interface() if sm90 else None
+    if fa3 is not None:
+        # FlashAttention-3 (sm_90 only) takes [B, N, H, D]; its fast mode is e4m3 q, k, v, the plain cast (no scaling)
+        # inside the timed call.
+        def run_fa3(q, k, v, c, dtype=None):
+            q, k, v = (x.transpose(1, 2) if dtype is None else x.transpose(1, 2).to(dtype) for x in (q, k, v))
+            return fa3(q, k, v, causal=c).transpose(1, 2)
+        m["fa3-bf16"] = run_fa3
+        m["fa3-e4m3"] = lambda q, k, v, c: run_fa3(q, k, v, c, torch.float8_e4m3fn)
     return m
 
 
@@ -218,7 +261,7 @@ def main():
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; "
           "short calls: wall time per call, host included")
     if not (args.methods or args.tokens):
-        with sm90_setting("0"):  # sage::qk_int8_attention's Triton image, also on sm_90
+        with env_setting(SAGEATTN_SK1_MMA="0", SAGEATTN_SK1_SM90="0"):  # sage::qk_int8_attention's Triton image
             print(kernel_aot_vs_jit(args.quick))
         print(first_call_seconds())
     os.makedirs(args.out, exist_ok=True)
