@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/device_parts.cuh"  // pack4_e4m3, store_pair
 #include "../hip/compat.h"  // launch(), wait_for_previous_grid(), allow_dynamic_smem()
 #include "../hip/vt_layout.h"
 #include "instances.h"
@@ -33,21 +34,6 @@ struct KernelArgs {
   int heads_q, heads_kv, qo_len, kv_len, nq_pad, nk_pad, head_dim;
   OutType out_type;
 };
-
-template <typename T>
-__device__ __forceinline__ void store_pair(T* dst, float x, float y);
-template <>
-__device__ __forceinline__ void store_pair<__half>(__half* dst, float x, float y) {
-  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) {
-  *reinterpret_cast<float2*>(dst) = make_float2(x, y);
-}
 
 // out = O / l (times v_scale in the fast mode) for the rows this thread holds; rows past qo_len and columns past
 // head_dim are not stored. inv_l[mt][i]: 1 / l of row row0 + 16 mt + 8 i.

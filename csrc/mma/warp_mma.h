@@ -110,23 +110,6 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-// Four float32 values as e4m3 (round to nearest even, saturating), a0 in the lowest byte (sm_89+).
-__device__ __forceinline__ uint32_t pack4_e4m3(float a0, float a1, float a2, float a3) {
-#if SAGE_MMA_HAS_FP8
-  uint32_t r;
-  asm("{\n.reg .b16 lo, hi;\n"
-      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"  // the first source goes to the upper byte
-      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-      "mov.b32 %0, {lo, hi};\n}\n"
-      : "=r"(r)
-      : "f"(a0), "f"(a1), "f"(a2), "f"(a3));
-  return r;
-#else
-  (void)a0, (void)a1, (void)a2, (void)a3;
-  return 0;
-#endif
-}
-
 // Two float32 values as float16 / bfloat16 (round to nearest even), lo in the lower half.
 template <bool BF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

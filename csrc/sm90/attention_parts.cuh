@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../contract.h"
+#include "../common/device_parts.cuh"  // pack4_e4m3, store_pair
 #include "../hip/compat.h"  // launch(), wait_for_previous_grid()
 #include "../hip/vt_layout.h"
 #include "ptx.h"
@@ -67,19 +68,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// Four float32 values as e4m3 (round to nearest even, saturating), a0 in the lowest byte. In PTX, so that ptxas
-// writes the second pair into the upper half of the first's register (F2FP ... MERGE_C) instead of a PRMT.
-__device__ __forceinline__ uint32_t pack4_e4m3(float a0, float a1, float a2, float a3) {
-  uint32_t r;
-  asm("{\n.reg .b16 lo, hi;\n"
-      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"  // the first source goes to the upper byte
-      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-      "mov.b32 %0, {lo, hi};\n}\n"
-      : "=r"(r)
-      : "f"(a0), "f"(a1), "f"(a2), "f"(a3));
-  return r;
 }
 
 template <bool BF16>
@@ -482,21 +470,6 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha
 #pragma unroll
     for (int r = 0; r < D / 2; ++r) o[r] *= alpha[(r / 2) % 2];  // register 4 j + 2 i + c holds row r0 + 8 i
   }
-}
-
-template <typename T>
-__device__ __forceinline__ void store_pair(T* dst, float x, float y);
-template <>
-__device__ __forceinline__ void store_pair<__half>(__half* dst, float x, float y) {
-  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) {
-  *reinterpret_cast<float2*>(dst) = make_float2(x, y);
 }
 
 // Epilogue of a thread's two rows (row0 and row0 + 8, absolute): out = O / l, lse = (m + log2 l) ln 2 (l and O
