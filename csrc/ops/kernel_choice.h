@@ -47,9 +47,9 @@ constexpr int64_t kMinWsTokens = 4096;
 // The GPUs the mma kernel is made to be the default on.
 constexpr bool mma_target_arch(int arch) { return (arch >= 80 && arch < 90) || arch == 120 || arch == 121; }
 
-// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs: not until it has passed the GPU suite on a GPU
-// (issue 41: no device could be started in the session that wrote it), so that no user's default is a kernel that
-// never ran; SAGEATTN_SK1_MMA=1 runs it meanwhile.
+// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs. Not yet: forced on an H100 it passed the whole
+// GPU suite but ran at about half the precompiled Triton kernel's speed (docs/FINDINGS.md F46), and no card it is
+// made for has run it; SAGEATTN_SK1_MMA=1 runs it meanwhile (issue 41).
 constexpr bool kMmaDefaultOn = false;
 
 constexpr bool mma_default_arch(int arch) { return kMmaDefaultOn && mma_target_arch(arch); }
