@@ -241,7 +241,9 @@ bool vec_ok(const QuantVParams& p) {
 
 }  // namespace
 
-int64_t quant_v_fp8_vt_bytes(const QuantVParams& p) { return vt::vt_bytes(p.batch * p.heads, p.head_dim_pad, p.tokens); }
+int64_t quant_v_fp8_vt_bytes(const QuantVParams& p) {
+  return vt::vt_bytes(p.batch * p.heads, p.head_dim_pad, p.tokens);
+}
 
 int64_t quant_v_fp8_workspace_bytes(const QuantVParams& p) {
   if (p.batch <= 0 || p.heads <= 0) return 0;

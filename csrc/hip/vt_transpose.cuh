@@ -51,7 +51,12 @@ inline const char* transpose_unsupported(const AttentionParams& p, const void* w
   return nullptr;
 }
 
-// Enqueues the transpose of p's kFloat8 V into workspace (vt_bytes of p's sizes); 0 or the CUDA runtime's error.
+// Bytes of workspace a launch of p needs for the transpose: its V^T when V is a given kFloat8, else 0.
+inline int64_t transpose_workspace_bytes(const AttentionParams& p) {
+  return p.v_type == VType::kFloat8 ? vt_bytes(p.batch * p.heads_kv, p.head_dim_pad, p.kv_len) : 0;
+}
+
+// Enqueues the transpose of p's kFloat8 V into workspace (transpose_workspace_bytes); 0 or the CUDA runtime's error.
 inline int launch_transpose_v_fp8(const AttentionParams& p, void* workspace, cudaStream_t stream) {
   const int64_t nt = vt_tokens(p.kv_len);
   const dim3 grid(static_cast<unsigned>(nt / kTileTokens), static_cast<unsigned>(p.batch * p.heads_kv));

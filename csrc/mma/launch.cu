@@ -100,7 +100,7 @@ const char* qk_attention_unsupported(const AttentionParams& p) {
 }
 
 int64_t qk_attention_workspace_bytes(const AttentionParams& p) {
-  return p.v_type == VType::kFloat8 ? vt::vt_bytes(p.batch * p.heads_kv, p.head_dim_pad, p.kv_len) : 0;
+  return vt::transpose_workspace_bytes(p);
 }
 
 int launch_qk_int8_attention(const AttentionParams& p, void* stream_ptr) {

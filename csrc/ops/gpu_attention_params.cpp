@@ -46,6 +46,13 @@ void set_given_v(AttentionParams& p, const AttentionArgs& a) {
   p.v_scale = a.fp8 ? a.v_scale->const_data_ptr<float>() : nullptr;
 }
 
+at::Tensor attach_workspace(AttentionParams& p, int64_t bytes, const at::Tensor& like) {
+  if (bytes <= 0) return at::Tensor();
+  at::Tensor workspace = at::empty({bytes}, like.options().dtype(at::kByte));
+  p.workspace = workspace.data_ptr();
+  return workspace;
+}
+
 KernelCall kernel_call(const AttentionArgs& a, int arch, bool fast) {
   return KernelCall{arch, fast, a.q_int8.size(3), a.qo_len, a.kv_len};
 }

@@ -15,6 +15,10 @@ AttentionParams attention_params(const AttentionArgs& a, const at::Tensor& out, 
 // V as the call gives it (16-bit, or fp8 in V's layout with its v_scale).
 void set_given_v(AttentionParams& p, const AttentionArgs& a);
 
+// A workspace of bytes (none when 0) on like's device, pointed at by p.workspace; the caller keeps it alive until
+// the launch is enqueued (the caching allocator orders its reuse after the stream's work).
+at::Tensor attach_workspace(AttentionParams& p, int64_t bytes, const at::Tensor& like);
+
 // The call of a on a GPU of compute capability arch (kernel_choice.h); fast: the fast mode (a's v may be the 16-bit
 // V that sage::attention's fused fast mode quantizes).
 KernelCall kernel_call(const AttentionArgs& a, int arch, bool fast);

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "../mma/qk_int8_attention_mma.h"
+#include "gpu_attention_params.h"
 
 namespace sage {
 
@@ -14,11 +15,8 @@ const char* mma_refusal(const AttentionParams& p) { return mma::qk_attention_uns
 
 bool run_mma_attention(const AttentionParams& p_in, const at::Tensor& like) {
   AttentionParams p = p_in;
-  at::Tensor workspace;  // before the check, which asks for it
-  if (const int64_t bytes = mma::qk_attention_workspace_bytes(p); bytes > 0) {
-    workspace = at::empty({bytes}, like.options().dtype(at::kByte));
-    p.workspace = workspace.data_ptr();
-  }
+  // Before the check, which asks for it.
+  const at::Tensor workspace = attach_workspace(p, mma::qk_attention_workspace_bytes(p), like);
   if (mma::qk_attention_unsupported(p) != nullptr) return false;
   const int err = mma::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == 0, "sage::qk_int8_attention: the mma kernel failed to launch (CUDA error ", err, ")");

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "../sm90/qk_int8_attention_sm90.h"
+#include "gpu_attention_params.h"
 
 namespace sage {
 namespace {
@@ -24,11 +25,8 @@ const char* sm90_refusal(const AttentionParams& p, bool warp_specialized) {
 
 bool run_sm90_attention(const AttentionParams& p, bool warp_specialized, const at::Tensor& like) {
   sm90::QKAttentionParams s = with_schedule(p, warp_specialized);
-  at::Tensor workspace;  // before the check, which asks for it
-  if (const int64_t bytes = sm90::qk_attention_workspace_bytes(s); bytes > 0) {
-    workspace = at::empty({bytes}, like.options().dtype(at::kByte));
-    s.workspace = workspace.data_ptr();
-  }
+  // Before the check, which asks for it.
+  const at::Tensor workspace = attach_workspace(s, sm90::qk_attention_workspace_bytes(s), like);
   if (sm90::qk_attention_unsupported(s) != nullptr) return false;
   const int err = sm90::launch_qk_int8_attention(s, c10::cuda::getCurrentCUDAStream().stream());
   if (err == sm90::kNoTensorMap) {

@@ -54,8 +54,8 @@ MmaUse mma_use() {
   const char* env = std::getenv("SAGEATTN_SK1_MMA");
   const std::string value = env == nullptr ? "" : env;
   TORCH_CHECK(value.empty() || value == "0" || value == "1",
-              "sage: SAGEATTN_SK1_MMA must be unset (the hand-written mma.sync kernel on sm_80-sm_89 and "
-              "sm_120/121), \"1\" (also on sm_90, wherever it can run) or \"0\" (the Triton kernel there), got \"",
+              "sage: SAGEATTN_SK1_MMA must be unset (the default kernels), \"1\" (the hand-written mma.sync kernel on "
+              "every NVIDIA GPU from sm_80 on, wherever it can run) or \"0\" (never), got \"",
               value, "\"");
   if (value.empty()) return MmaUse::kAuto;
   return value == "1" ? MmaUse::kForce : MmaUse::kOff;

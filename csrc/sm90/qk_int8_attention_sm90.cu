@@ -229,11 +229,7 @@ struct SerialLaunch {
 
 }  // namespace
 
-int64_t vt_bytes(const QKAttentionParams& p) { return p.batch * p.heads_kv * p.head_dim_pad * vt_tokens(p); }
-
-int64_t qk_attention_workspace_bytes(const QKAttentionParams& p) {
-  return p.v_type == VType::kFloat8 ? vt_bytes(p) : 0;
-}
+int64_t qk_attention_workspace_bytes(const QKAttentionParams& p) { return vt::transpose_workspace_bytes(p); }
 
 const char* qk_attention_unsupported(const QKAttentionParams& p) {
   if (p.head_dim_pad != 64 && p.head_dim_pad != 128) return "padded head_dim is not 64 or 128";

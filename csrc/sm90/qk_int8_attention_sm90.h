@@ -31,9 +31,6 @@ struct QKAttentionParams : AttentionParams {
 // Bytes of workspace the call needs (0 in the accurate mode and for kFloat8Vt).
 int64_t qk_attention_workspace_bytes(const QKAttentionParams& p);
 
-// Bytes of the fast mode's V^T for these sizes (kFloat8Vt's v; kFloat8's workspace).
-int64_t vt_bytes(const QKAttentionParams& p);
-
 // Why the kernel cannot take these params (nullptr when it can): head_dim, alignment, sizes the TMA cannot
 // address. The caller then uses another kernel.
 const char* qk_attention_unsupported(const QKAttentionParams& p);
