@@ -78,8 +78,6 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
   } else {
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* q_s = smem + T::kQOffset;
-    uint8_t* k_s = smem + T::kKOffset;
-    uint8_t* v_s = smem + T::kVOffset;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
     // Causal CTAs take the longest row tiles (most keys) first over the whole grid, so that short ones fill its
@@ -115,13 +113,16 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         cp_async16(smem_addr(q_s + r * T::kQKRow + 16 * c), q_src + r * D + 16 * c, true);
       });
     };
+    // Step n's K and V go to stage n % 2.
     const auto load_k = [&](int n) {
       const int8_t* src = k_src + static_cast<int64_t>(n) * kKeys * D;  // nk_pad covers whole steps: no check
+      uint8_t* k_s = smem + T::kKOffset + (n & 1) * T::kKStage;
       copies(std::integral_constant<int, kKeys>{}, QKChunks{}, [&](int r, int c) {
         cp_async16(smem_addr(k_s + r * T::kQKRow + 16 * c), src + r * D + 16 * c, true);
       });
     };
     const auto load_v = [&](int n) {
+      uint8_t* v_s = smem + T::kVOffset + (n & 1) * T::kVStage;
       if constexpr (FP8) {  // V^T rows: zero past kv_len and head_dim, padded to whole blocks (vt_layout.h)
         const uint8_t* src = static_cast<const uint8_t*>(a.v) + bhk * D * a.vt_tokens + static_cast<int64_t>(n) * kKeys;
         copies(std::integral_constant<int, D>{}, std::integral_constant<int, kKeys / 16>{}, [&](int r, int c) {
@@ -146,19 +147,54 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
       }
     };
 
-    // Each lane's ldmatrix address at the first fragment of each operand; the kernel adds compile-time offsets.
-    // Q (A of Q.K^T): matrices rows 0-7 / 8-15 of an m-tile, bytes 0-15 / 16-31 of a k-slice. K (B of Q.K^T) and
-    // V^T (B of the fast P.V): rows 0-7 bytes 0-15 / 16-31, rows 8-15 bytes 0-15 / 16-31 (B of two n-tiles). 16-bit
-    // V (B of the accurate P.V, transposed): keys 0-7 / 8-15 of channels 0-7, then of channels 8-15.
+    // Each lane's ldmatrix address at the first fragment of each operand (stage 0); the kernel adds compile-time
+    // offsets. Q (A of Q.K^T): matrices rows 0-7 / 8-15 of an m-tile, bytes 0-15 / 16-31 of a k-slice. K (B of
+    // Q.K^T) and V^T (B of the fast P.V): rows 0-7 bytes 0-15 / 16-31, rows 8-15 bytes 0-15 / 16-31 (B of two
+    // n-tiles). 16-bit V (B of the accurate P.V, transposed): keys 0-7 / 8-15 of channels 0-7, then of channels 8-15.
     const uint32_t q_frag = smem_addr(q_s) + (warp * T::kWarpRows + lane % 16) * T::kQKRow + 16 * (lane / 16);
-    const uint32_t k_frag = smem_addr(k_s) + (lane % 8 + 8 * (lane / 16)) * T::kQKRow + 16 * ((lane / 8) % 2);
-    const uint32_t v_frag = FP8 ? smem_addr(v_s) + (lane % 8 + 8 * (lane / 16)) * T::kVRow + 16 * ((lane / 8) % 2)
-                                : smem_addr(v_s) + (lane % 8 + 8 * ((lane / 8) % 2)) * T::kVRow + 16 * (lane / 16);
+    const uint32_t k_frag =
+        smem_addr(smem + T::kKOffset) + (lane % 8 + 8 * (lane / 16)) * T::kQKRow + 16 * ((lane / 8) % 2);
+    const uint32_t v_frag =
+        FP8 ? smem_addr(smem + T::kVOffset) + (lane % 8 + 8 * (lane / 16)) * T::kVRow + 16 * ((lane / 8) % 2)
+            : smem_addr(smem + T::kVOffset) + (lane % 8 + 8 * ((lane / 8) % 2)) * T::kVRow + 16 * (lane / 16);
 
+    // s = Q.K^T of the warp's rows and step n's keys (K in stage n % 2).
+    const auto qk_product = [&](int32_t(&s)[kM][kS][4], int n) {
+      const uint32_t k_base = k_frag + (n & 1) * T::kKStage;
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+        for (int j = 0; j < kS; ++j) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) s[mt][j][r] = 0;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 32; ++kk) {
+        uint32_t qa[kM][4];
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) ldmatrix_x4(qa[mt], q_frag + (16 * mt * T::kQKRow + 32 * kk));
+#pragma unroll
+        for (int p = 0; p < kS / 2; ++p) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, k_base + (16 * p * T::kQKRow + 32 * kk));
+#pragma unroll
+          for (int mt = 0; mt < kM; ++mt) {
+            mma_s8(s[mt][2 * p], qa[mt], kb[0], kb[1]);
+            mma_s8(s[mt][2 * p + 1], qa[mt], kb[2], kb[3]);
+          }
+        }
+      }
+    };
+
+    // The pipeline: step n's K and V are in flight during step n - 1, and step n + 1's Q.K^T runs on the tensor
+    // cores while step n's softmax runs on the others. Group 0: Q and K of step 0; group 1: K of step 1, V of step
+    // 0; the group issued at the top of step n: K of step n + 2 (into the stage step n's K leaves), V of step n + 1.
     compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
     load_q();
     load_k(0);
     cp_async_commit();
+    if (n_blocks > 1) load_k(1);
     load_v(0);
     cp_async_commit();
 
@@ -182,42 +218,29 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
       }
     }
 
+    cp_async_wait<1>();  // Q and K of step 0
+    __syncthreads();
+    int32_t s[kM][kS][4];
+    qk_product(s, 0);
+
 #pragma unroll 1
     for (int n = 0; n < n_blocks; ++n) {
-      cp_async_wait<1>();  // Q and K of this step (V may still be in flight)
-      __syncthreads();
-      // S = Q.K^T of the warp's 32 rows and the step's 64 keys.
-      int32_t s[kM][kS][4];
+      cp_async_wait<0>();  // K of step n + 1, V of step n
+      __syncthreads();     // and every warp is done with step n's K and step n - 1's V: their stages may load
+      if (n + 2 < n_blocks) load_k(n + 2);
+      if (n + 1 < n_blocks) load_v(n + 1);
+      cp_async_commit();
+
+      float x[kM][kS][4];
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
         for (int j = 0; j < kS; ++j) {
 #pragma unroll
-          for (int r = 0; r < 4; ++r) s[mt][j][r] = 0;
+          for (int r = 0; r < 4; ++r) x[mt][j][r] = static_cast<float>(s[mt][j][r]);
         }
       }
-#pragma unroll
-      for (int kk = 0; kk < D / 32; ++kk) {
-        uint32_t qa[kM][4];
-#pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {
-          ldmatrix_x4(qa[mt], q_frag + (16 * mt * T::kQKRow + 32 * kk));
-        }
-#pragma unroll
-        for (int p = 0; p < kS / 2; ++p) {
-          uint32_t kb[4];
-          ldmatrix_x4(kb, k_frag + (16 * p * T::kQKRow + 32 * kk));
-#pragma unroll
-          for (int mt = 0; mt < kM; ++mt) {
-            mma_s8(s[mt][2 * p], qa[mt], kb[0], kb[1]);
-            mma_s8(s[mt][2 * p + 1], qa[mt], kb[2], kb[3]);
-          }
-        }
-      }
-      cp_async_wait<0>();  // V of this step
-      __syncthreads();     // and every warp is done with K: the next step's K may load
-      if (n + 1 < n_blocks) load_k(n + 1);
-      cp_async_commit();
+      if (n + 1 < n_blocks) qk_product(s, n + 1);  // s is free: the next step's products, issued now
 
       // Online softmax. Only the steps that reach past kv_len or above this warp's first row build masks; the others
       // take the max on the integer products and the q.k scale into the exponent's FMA.
@@ -225,61 +248,70 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
       const float qk = q_scale * k_scales[n];
       const bool masked = n0 + kKeys > a.kv_len || (CAUSAL && n0 + kKeys - 1 > m0 + warp * T::kWarpRows);
       float alpha[kM][2];
-      float x[kM][kS][4];
       uint32_t p8[FP8 ? kM : 1][2][4];  // the fast mode's P (e4m3)
+      const auto softmax = [&](auto masked_tag) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
 #pragma unroll
-      for (int mt = 0; mt < kM; ++mt) {
+        for (int mt = 0; mt < kM; ++mt) {
+          if constexpr (kMasked) {
 #pragma unroll
-        for (int j = 0; j < kS; ++j) {
+            for (int j = 0; j < kS; ++j) {
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            float v = static_cast<float>(s[mt][j][r]);
-            if (masked) {
-              v *= qk;
-              const int col = n0 + 8 * j + acc_col(lane, r), row = row0 + 16 * mt + 8 * (r / 2);
-              if (col >= (CAUSAL ? min(a.kv_len, row + 1) : a.kv_len)) v = -kInf;
-            }
-            x[mt][j][r] = v;
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          float mx = fmaxf(x[mt][0][2 * i], x[mt][0][2 * i + 1]);
-#pragma unroll
-          for (int j = 1; j < kS; ++j) mx = fmaxf(mx, fmaxf(x[mt][j][2 * i], x[mt][j][2 * i + 1]));
-          if (!masked) mx *= qk;  // qk >= 0 keeps the order (rounding too)
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m_row[mt][i], mx);
-          const float m_use = (m_new == -kInf ? 0.0f : m_new) - kShift;  // a row with no key yet subtracts 0
-          alpha[mt][i] = fast_exp2(m_row[mt][i] - kShift - m_use);
-          m_row[mt][i] = m_new;
-          float sum = 0.0f;
-#pragma unroll
-          for (int j = 0; j < kS; ++j) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& e = x[mt][j][2 * i + c];
-              e = masked ? fast_exp2(e - m_use) : fast_exp2(fmaf(e, qk, -m_use));
-              sum += e;
+              for (int r = 0; r < 4; ++r) {
+                const int col = n0 + 8 * j + acc_col(lane, r), row = row0 + 16 * mt + 8 * (r / 2);
+                x[mt][j][r] = col >= (CAUSAL ? min(a.kv_len, row + 1) : a.kv_len) ? -kInf : x[mt][j][r] * qk;
+              }
             }
           }
-          l_row[mt][i] = l_row[mt][i] * alpha[mt][i] + sum;
-          if constexpr (FP8) {
-            // P's A fragment of k-slice kk (keys 32 kk ..), made here so that x's registers of this row half end:
-            // register 2 h + i holds row + 8 i, V^T columns 16 h + 4 t .. + 3, which are (vt_layout.h) keys 2 t,
-            // 2 t + 1 of tiles 4 kk + 2 h and 4 kk + 2 h + 1.
 #pragma unroll
-            for (int kk = 0; kk < 2; ++kk) {
+          for (int i = 0; i < 2; ++i) {
+            // Maxima and sums in four independent chains: the dependent adds' latency, not their count, is the cost.
+            float part[4];
 #pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-                const int j = 4 * kk + 2 * hh;
-                p8[mt][kk][2 * hh + i] = pack4_e4m3(x[mt][j][2 * i], x[mt][j][2 * i + 1], x[mt][j + 1][2 * i],
-                                                    x[mt][j + 1][2 * i + 1]);
+            for (int j = 0; j < 4; ++j) part[j] = fmaxf(x[mt][j][2 * i], x[mt][j][2 * i + 1]);
+#pragma unroll
+            for (int j = 4; j < kS; ++j) part[j % 4] = fmaxf(part[j % 4], fmaxf(x[mt][j][2 * i], x[mt][j][2 * i + 1]));
+            float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+            if constexpr (!kMasked) mx *= qk;  // qk >= 0 keeps the order (rounding too)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_row[mt][i], mx);
+            const float m_use = (m_new == -kInf ? 0.0f : m_new) - kShift;  // a row with no key yet subtracts 0
+            alpha[mt][i] = fast_exp2(m_row[mt][i] - kShift - m_use);
+            m_row[mt][i] = m_new;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) part[j] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < kS; ++j) {
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                float& e = x[mt][j][2 * i + c];
+                e = kMasked ? fast_exp2(e - m_use) : fast_exp2(fmaf(e, qk, -m_use));
+                part[j % 4] += e;
+              }
+            }
+            l_row[mt][i] = l_row[mt][i] * alpha[mt][i] + ((part[0] + part[1]) + (part[2] + part[3]));
+            if constexpr (FP8) {
+              // P's A fragment of k-slice kk (keys 32 kk ..), made here so that x's registers of this row half end:
+              // register 2 h + i holds row + 8 i, V^T columns 16 h + 4 t .. + 3, which are (vt_layout.h) keys 2 t,
+              // 2 t + 1 of tiles 4 kk + 2 h and 4 kk + 2 h + 1.
+#pragma unroll
+              for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                  const int j = 4 * kk + 2 * hh;
+                  p8[mt][kk][2 * hh + i] = pack4_e4m3(x[mt][j][2 * i], x[mt][j][2 * i + 1], x[mt][j + 1][2 * i],
+                                                      x[mt][j + 1][2 * i + 1]);
+                }
               }
             }
           }
         }
+      };
+      if (masked) {
+        softmax(std::true_type{});
+      } else {
+        softmax(std::false_type{});
       }
       // O *= alpha; a warp whose rows all kept their maximum (alpha = 1 in each) skips it: most steps of a long call.
       bool rescale = false;
@@ -296,7 +328,8 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         }
       }
 
-      // O += P.V
+      // O += P.V (V in stage n % 2)
+      const uint32_t v_base = v_frag + (n & 1) * T::kVStage;
       if constexpr (FP8) {
         // Each step's P.V in a fresh accumulator, added in float32: the e4m3 product keeps fewer bits in its
         // accumulator than float32 (docs/SEMANTICS.md).
@@ -308,7 +341,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
 #pragma unroll
             for (int kk = 0; kk < 2; ++kk) {
               uint32_t vb[4];
-              ldmatrix_x4(vb, v_frag + (16 * p * T::kVRow + 32 * kk));
+              ldmatrix_x4(vb, v_base + (16 * p * T::kVRow + 32 * kk));
               mma_e4m3(t[0], p8[mt][kk], vb[0], vb[1], t[0]);
               mma_e4m3(t[1], p8[mt][kk], vb[2], vb[3], t[1]);
             }
@@ -340,7 +373,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
 #pragma unroll
           for (int p = 0; p < kO / 2; ++p) {
             uint32_t vb[4];
-            ldmatrix_x4_trans(vb, v_frag + (16 * kk * T::kVRow + 32 * p));
+            ldmatrix_x4_trans(vb, v_base + (16 * kk * T::kVRow + 32 * p));
 #pragma unroll
             for (int mt = 0; mt < kM; ++mt) {
               mma_f16<BF16>(o[mt][2 * p], pa[mt][kk], vb[0], vb[1]);
@@ -349,9 +382,6 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
           }
         }
       }
-      __syncthreads();  // every warp is done with V: the next step's V may load
-      if (n + 1 < n_blocks) load_v(n + 1);
-      cp_async_commit();
     }
 
     // Epilogue: l over the quad, out = O / l, lse = (m + log2 l) ln 2 (m and l carry kShift in the fast mode).

@@ -14,10 +14,9 @@ enum class VKind : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2 };
 template <int D, VKind V>
 struct Traits {
   static constexpr bool kFp8 = V == VKind::kFloat8;
-  // Each warp holds kWarpRows query rows: at head_dim 64, 32 (two m16 tiles), so that every K and V fragment it loads
-  // from shared memory feeds two products; at 128, where two tiles' accumulators (O and S: 192 registers) leave
-  // too few for the rest without spills, 16, in twice the warps.
-  static constexpr int kWarpRows = D == 64 && V != VKind::kFloat8 ? 32 : 16;
+  // Each warp holds 16 query rows (one m16 tile): a second tile's accumulators would leave too few registers for
+  // the next step's S, which the pipeline keeps beside this step's P (attention_kernel.cuh).
+  static constexpr int kWarpRows = 16;
   static constexpr int kWarps = kBlockQ / kWarpRows;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMTiles = kWarpRows / 16;
@@ -34,15 +33,17 @@ struct Traits {
   // V: 16-bit rows of a key's D values, or V^T e4m3 rows of one channel's kKeys keys.
   static constexpr int kVRows = kFp8 ? D : kKeys;
   static constexpr int kVRow = (kFp8 ? kKeys : 2 * D) + kPad;
+  // Two stages of K and V (step n in stage n % 2).
+  static constexpr int kKStage = kKeys * kQKRow;
+  static constexpr int kVStage = kVRows * kVRow;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kCtaRows * kQKRow;
-  static constexpr int kVOffset = kKOffset + kKeys * kQKRow;
-  static constexpr int kSmemBytes = kVOffset + kVRows * kVRow;
+  static constexpr int kVOffset = kKOffset + 2 * kKStage;
+  static constexpr int kSmemBytes = kVOffset + 2 * kVStage;
   // The per-block limit of sm_86 / sm_89 / sm_120 (99 KB); two CTAs an SM there want half of their 100 KB.
   static_assert(kSmemBytes <= 99 * 1024, "shared memory per CTA");
-  // Registers a thread are capped at 64K / (kMinCtasPerSm * kThreads): 255 in both (two CTAs of 4 warps at head_dim
-  // 64, one of 8 at 128, where a cap of 128 spills).
-  static constexpr int kMinCtasPerSm = kWarpRows == 32 ? 2 : 1;
+  // One CTA of 8 warps an SM: registers a thread are capped at 255.
+  static constexpr int kMinCtasPerSm = 1;
 };
 
 }  // namespace mma
