@@ -154,7 +154,7 @@ def test_enable_disable_and_shared_stats():
     with torch_sage.sdpa_mode(stats=stats):
         F.scaled_dot_product_attention(q, k, v)
     assert stats.as_dict() == {"routed": 2, "fallback": {"attn_mask": 1}, "compiled_routed": 0,
-                               "compiled_fallback": {}}
+                               "compiled_fallback": {}, "errors": {}, "unseen": {}}
     assert "routed=2" in repr(stats)
     stats.reset()
     assert stats.routed == 0 and not stats.fallback

@@ -4,6 +4,7 @@ from typing import Iterable, Optional
 
 from torch import Tensor
 
+from .contract import check_bool, check_choice
 from .ops import attention, attention_with_lse
 
 # SageAttention's pv_accum_dtype values: "fp32" is its fp16-PV kernel; the "+"-forms are its fp8-PV kernels.
@@ -24,12 +25,17 @@ SDPA_KEYWORDS = frozenset({"attn_mask", "dropout_p"})
 # torch_sage's own: pv_mode ("auto", "fp16", "fp8") instead of pv_accum_dtype.
 TORCH_SAGE_KEYWORDS = frozenset({"pv_mode"})
 _KNOWN = SAGEATTENTION_KEYWORDS | SDPA_KEYWORDS | TORCH_SAGE_KEYWORDS
+# The boolean keywords, and the values of the string ones (tensor_layout and pv_mode the op checks). SageAttention's
+# tuning settings torch_sage ignores are checked too: a wrong value there is a caller's mistake all the same.
+_BOOL_KEYWORDS = ("is_causal", "return_lse", "smooth_k", "smooth_v")
+_CHOICE_KEYWORDS = {"qk_quant_gran": ("per_warp", "per_thread"), "quantization_backend": ("triton", "cuda"),
+                    "pv_accum_dtype": tuple(_PV_ACCUM_TO_MODE)}
 
 
 def check_kwargs(func: str, kwargs, known: Iterable[str] = _KNOWN) -> None:
     """Raise for what SageAttention would silently drop: an unknown keyword (TypeError naming the nearest known
-    one), a varlen keyword given to a dense function (TypeError), a non-None ``attn_mask`` or a non-zero
-    ``dropout_p`` (ValueError)."""
+    one), a varlen keyword given to a dense function (TypeError), a value ``check_values`` refuses, a non-None
+    ``attn_mask`` or a non-zero ``dropout_p`` (ValueError)."""
     known = frozenset(known)
     for name in kwargs:
         if name in known:
@@ -41,12 +47,24 @@ def check_kwargs(func: str, kwargs, known: Iterable[str] = _KNOWN) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise TypeError(f"{func}() got an unexpected keyword argument {name!r} (no SageAttention 2.x version knows "
                         f"it){hint}")
+    check_values(func, kwargs)
     if kwargs.get("attn_mask") is not None:
         raise ValueError(f"{func}: attn_mask is not supported; use F.scaled_dot_product_attention for masked calls")
     dropout_p = kwargs.get("dropout_p")
     if dropout_p is not None and dropout_p != 0:
         raise ValueError(f"{func}: dropout_p={dropout_p} is not supported (inference only); use "
                          "F.scaled_dot_product_attention for dropout")
+
+
+def check_values(func: str, settings) -> None:
+    """TypeError naming the argument for a boolean SageAttention setting that is not a bool or 0 / 1, ValueError
+    naming it and the accepted values for a string setting outside them (pv_accum_dtype=None means unset)."""
+    for name in _BOOL_KEYWORDS:
+        if name in settings:
+            check_bool(func, name, settings[name])
+    for name, choices in _CHOICE_KEYWORDS.items():
+        if name in settings and not (name == "pv_accum_dtype" and settings[name] is None):
+            check_choice(func, name, settings[name], choices)
 
 
 def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_causal: bool = False,
@@ -61,16 +79,24 @@ def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_cau
     only tune SageAttention's own kernels and are accepted and ignored. A keyword that no SageAttention 2.x
     function knows raises TypeError (SageAttention would drop it: ``is_casual=True`` ran non-causal), and so
     does a keyword of ``sageattn_varlen``; a non-None ``attn_mask`` or a non-zero ``dropout_p`` raises
-    ValueError (SageAttention would ignore them). float32 inputs are accepted (see docs/SEMANTICS.md).
+    ValueError (SageAttention would ignore them). A boolean argument that is not a bool or 0 / 1 raises
+    TypeError (``smooth_k="False"`` would have meant True), a string setting outside SageAttention's values
+    ValueError. float32 inputs are accepted (see docs/SEMANTICS.md).
     """
-    check_kwargs("sageattn", kwargs)
-    smooth_k = bool(kwargs.get("smooth_k", True))
+    return sageattn_as("sageattn", q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs)
+
+
+def sageattn_as(func: str, q: Tensor, k: Tensor, v: Tensor, tensor_layout: str, is_causal, sm_scale: Optional[float],
+                return_lse, kwargs):
+    """The body of ``sageattn``, its errors naming ``func``: the sageattention alias's functions run it under
+    their own names."""
+    check_kwargs(func, kwargs)
+    is_causal = check_bool(func, "is_causal", is_causal)
+    return_lse = check_bool(func, "return_lse", return_lse)  # a truthy non-bool returned a tuple
+    smooth_k = check_bool(func, "smooth_k", kwargs.get("smooth_k", True))
     pv_mode = kwargs.get("pv_mode")
     if pv_mode is None:
-        accum = kwargs.get("pv_accum_dtype")
-        if accum is not None and accum not in _PV_ACCUM_TO_MODE:
-            raise ValueError(f"pv_accum_dtype must be one of {sorted(_PV_ACCUM_TO_MODE)}, got {accum!r}")
-        pv_mode = _PV_ACCUM_TO_MODE.get(accum, "auto")
+        pv_mode = _PV_ACCUM_TO_MODE.get(kwargs.get("pv_accum_dtype"), "auto")
     if return_lse:
         return attention_with_lse(q, k, v, tensor_layout, is_causal, sm_scale, smooth_k, pv_mode)
     return attention(q, k, v, tensor_layout, is_causal, sm_scale, smooth_k, pv_mode)

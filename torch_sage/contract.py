@@ -3,9 +3,12 @@
 Block sizes, head-dim padding, the [B, H, N, D] view of either layout, the shapes of the ops' outputs, the fp8
 maximum and log2(e). The C++ side defines the same rules once in csrc/contract.h; test/test_contract.py compiles
 that header and checks that both agree. Torch-free, so the build (aot_build.py) and the Triton kernels read it too.
+Also the checks of the public API's boolean and enum arguments (check_bool, check_choice), which every entry point
+uses.
 """
 import math
-from typing import Sequence, Tuple
+import numbers
+from typing import Any, Sequence, Tuple
 
 BLOCK_Q = 128  # query tokens per int8 block (one float32 scale each)
 BLOCK_K = 64  # key tokens per int8 block
@@ -66,10 +69,27 @@ def check_sm_scale(sm_scale: float) -> None:
                            f"overflow), got {sm_scale}")
 
 
+def check_bool(func: str, name: str, value: Any) -> bool:
+    """``value`` as a bool if it is a bool or an integer 0 / 1; anything else raises TypeError naming the argument.
+    Why: ``bool()`` of any non-empty string is True (``smooth_k="False"`` meant True) and of None False, and the
+    ops' schemas take None, 2 or 1.5 for a bool, so a wrong setting silently changed the result."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):  # 0 / 1, also numpy integers: unambiguous
+        return bool(value)
+    raise TypeError(f"{func}: {name} must be a bool (True or False; 1 or 0 also accepted), got {value!r} of type "
+                    f"{type(value).__name__}")
+
+
+def check_choice(func: str, name: str, value: Any, choices: Sequence[str]) -> None:
+    """Raises ValueError naming the argument and the accepted values unless ``value`` is one of ``choices``."""
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(f"{func}: {name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
 PV_MODES = ("auto", "fp16", "fp8")  # P.V in V's 16-bit type (accurate), in e4m3 (fast), or the arch's choice
 
 
-def check_pv_mode(pv_mode: str) -> None:
+def check_pv_mode(pv_mode: str, func: str = "torch_sage") -> None:
     """Raises ValueError for a pv_mode the ops do not know (the C++ ops check it too, at call time)."""
-    if pv_mode not in PV_MODES:
-        raise ValueError(f'pv_mode must be "auto", "fp16" or "fp8", got {pv_mode!r}')
+    check_choice(func, "pv_mode", pv_mode, PV_MODES)

@@ -48,7 +48,10 @@ from torch import Tensor
 
 from .api import SAGEATTENTION_KEYWORDS, SDPA_KEYWORDS
 from .api import check_kwargs as _check_kwargs
-from .api import sageattn as _sageattn
+from .api import check_values as _check_values
+from .api import sageattn_as as _sageattn_as
+from .contract import check_bool as _check_bool
+from .contract import check_choice as _check_choice
 
 SAGEATTENTION_API_VERSION = "2.2.0"
 _MODULE_NAME = "sageattention"
@@ -86,7 +89,7 @@ def sageattn(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_cau
     """SageAttention 2.2.0's ``sageattn`` (see ``torch_sage.sageattn``); raises for float32, a non-None attn_mask
     and an unknown keyword."""
     _check_dtype("sageattn", q, k, v)
-    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, **kwargs)
+    return _sageattn_as("sageattn", q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs)
 
 
 def sageattn_qk_int8_pv_fp16_triton(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
@@ -94,18 +97,21 @@ def sageattn_qk_int8_pv_fp16_triton(q: Tensor, k: Tensor, v: Tensor, tensor_layo
                                     sm_scale: Optional[float] = None, smooth_k: bool = True,
                                     return_lse: bool = False, **kwargs: Any):
     """INT8 Q.K, fp16 P.V: torch_sage's accurate mode."""
-    _check("sageattn_qk_int8_pv_fp16_triton", q, k, v, kwargs)
-    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode="fp16")
+    func = "sageattn_qk_int8_pv_fp16_triton"
+    _check(func, q, k, v, kwargs)
+    return _sageattn_as(func, q, k, v, tensor_layout, is_causal, sm_scale, return_lse,
+                        dict(kwargs, quantization_backend=quantization_backend, smooth_k=smooth_k, pv_mode="fp16"))
 
 
 def _cuda_kernel(func: str, accum_dtypes, pv_mode: str, q: Tensor, k: Tensor, v: Tensor, tensor_layout: str,
-                 is_causal: bool, sm_scale: Optional[float], pv_accum_dtype: str, smooth_k: bool, return_lse: bool,
-                 kwargs):
+                 is_causal: bool, qk_quant_gran: str, sm_scale: Optional[float], pv_accum_dtype: str,
+                 smooth_k: bool, smooth_v: bool, return_lse: bool, kwargs):
     """The body of SageAttention's CUDA kernel functions: their checks, then torch_sage in the named mode."""
     _check(func, q, k, v, kwargs)
-    if pv_accum_dtype not in accum_dtypes:
-        raise ValueError(f"Unsupported pv_accum_dtype: {pv_accum_dtype}")
-    return _sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k=smooth_k, pv_mode=pv_mode)
+    _check_choice(func, "pv_accum_dtype", pv_accum_dtype, accum_dtypes)  # each kernel function has its own values
+    return _sageattn_as(func, q, k, v, tensor_layout, is_causal, sm_scale, return_lse,
+                        dict(kwargs, qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, smooth_v=smooth_v,
+                             pv_mode=pv_mode))
 
 
 def sageattn_qk_int8_pv_fp16_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
@@ -116,7 +122,8 @@ def sageattn_qk_int8_pv_fp16_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout
     """INT8 Q.K, fp16 P.V: torch_sage's accurate mode (``pv_accum_dtype`` and ``smooth_v`` only tune
     SageAttention's CUDA kernel; torch_sage always accumulates in float32)."""
     return _cuda_kernel("sageattn_qk_int8_pv_fp16_cuda", ("fp16", "fp16+fp32", "fp32"), "fp16", q, k, v,
-                        tensor_layout, is_causal, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)
+                        tensor_layout, is_causal, qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, smooth_v,
+                        return_lse, kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
@@ -126,7 +133,8 @@ def sageattn_qk_int8_pv_fp8_cuda(q: Tensor, k: Tensor, v: Tensor, tensor_layout:
                                  **kwargs: Any):
     """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
     return _cuda_kernel("sageattn_qk_int8_pv_fp8_cuda", ("fp32", "fp32+fp32", "fp32+fp16"), "fp8", q, k, v,
-                        tensor_layout, is_causal, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)
+                        tensor_layout, is_causal, qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, smooth_v,
+                        return_lse, kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda_sm90(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND",
@@ -134,10 +142,11 @@ def sageattn_qk_int8_pv_fp8_cuda_sm90(q: Tensor, k: Tensor, v: Tensor, tensor_la
                                       sm_scale: Optional[float] = None, pv_accum_dtype: str = "fp32+fp32",
                                       smooth_k: bool = True, return_lse: bool = False, **kwargs: Any):
     """INT8 Q.K, fp8 P.V: torch_sage's fast mode."""
-    _check("sageattn_qk_int8_pv_fp8_cuda_sm90", q, k, v, kwargs)
-    kwargs.pop("smooth_v", None)  # not a parameter of this one: SageAttention drops it, as the kernel does here
-    return sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout, is_causal, qk_quant_gran, sm_scale, pv_accum_dtype,
-                                        smooth_k, False, return_lse, **kwargs)
+    # smooth_v is not a parameter of this one (SageAttention drops it): its value is checked all the same
+    smooth_v = kwargs.pop("smooth_v", False)
+    return _cuda_kernel("sageattn_qk_int8_pv_fp8_cuda_sm90", ("fp32", "fp32+fp32", "fp32+fp16"), "fp8", q, k, v,
+                        tensor_layout, is_causal, qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, smooth_v,
+                        return_lse, kwargs)
 
 
 def sageattn_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
@@ -147,7 +156,9 @@ def sageattn_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_se
     ``cu_seqlens[i]:cu_seqlens[i+1]``. Runs one torch_sage call per sequence (reads cu_seqlens on the host).
     Unlike SageAttention, which subtracts one key mean over all sequences, smooth_k uses each sequence's own
     mean; the result is the same attention either way."""
-    _check("sageattn_varlen", q, k, v, kwargs)
+    func = "sageattn_varlen"
+    _check(func, q, k, v, kwargs)
+    _check_values(func, dict(is_causal=is_causal, smooth_k=smooth_k))  # here too if every sequence is empty
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError("sageattn_varlen: q, k, v must be [total_tokens, heads, head_dim]")
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
@@ -158,8 +169,8 @@ def sageattn_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_se
         qs, ks = q[cq[i]:cq[i + 1]], k[ck[i]:ck[i + 1]]
         if qs.shape[0] == 0:
             continue
-        o = _sageattn(qs.unsqueeze(0), ks.unsqueeze(0), v[ck[i]:ck[i + 1]].unsqueeze(0), "NHD", is_causal,
-                      sm_scale, False, smooth_k=smooth_k)
+        o = _sageattn_as(func, qs.unsqueeze(0), ks.unsqueeze(0), v[ck[i]:ck[i + 1]].unsqueeze(0), "NHD", is_causal,
+                         sm_scale, False, dict(smooth_k=smooth_k))
         out[cq[i]:cq[i + 1]] = o[0]
     return out
 
@@ -264,6 +275,7 @@ def install_sageattention_alias(force: bool = False) -> types.ModuleType:
     sageattention (diffusers, ComfyUI): it warns when diffusers or ComfyUI already looked and found none.
     Returns the module that ``import sageattention`` now gives. Idempotent."""
     global _FINDER
+    force = _check_bool("install_sageattention_alias", "force", force)
     force = force or os.environ.get("TORCH_SAGE_FORCE_ALIAS") == "1"
     current = sys.modules.get(_MODULE_NAME)
     if current is not None and is_sageattention_alias(current):

@@ -17,9 +17,41 @@ def _check_one_device(op: str, **tensors) -> None:
         raise RuntimeError(f"sage::{op}: all tensor inputs must be on the same device, got {names}")
 
 
+def _has_no_heads(q, k, v, tensor_layout) -> bool:
+    """q, k and v of one batch size with no heads at all (H = 0), which SDPA answers with an empty result. The op
+    refuses them (csrc/ops/input_checks.cpp wants at least one key/value head, so that query heads are a multiple
+    of it), while B = 0 and N = 0 pass through it to kernels that return early on an empty output."""
+    if tensor_layout not in contract.LAYOUTS or not all(isinstance(t, Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return False  # the op names what is wrong
+    h = 1 if tensor_layout == "HND" else 2
+    return q.shape[h] == 0 and k.shape[h] == 0 and v.shape[h] == 0 and q.shape[0] == k.shape[0] == v.shape[0]
+
+
+def _call_without_heads(op, q, k, v, tensor_layout, *args):
+    """op's outputs for inputs without heads: op runs on stand-ins with no batch and one head, so that all its
+    other checks still apply (dtypes, devices, head_dim, k/v shape, layout, pv_mode, sm_scale, settings), then
+    outputs of the right shape with no elements are made like its own."""
+    def stand_in(t):
+        _, _, n, d = contract.bhnd(t.shape, tensor_layout)
+        return t.new_empty(contract.layout_shape(0, 1, n, d, tensor_layout))
+
+    res = op(stand_in(q), stand_in(k), stand_in(v), tensor_layout, *args)
+    b, _, nq, d = contract.bhnd(q.shape, tensor_layout)
+    if isinstance(res, Tensor):
+        return res.new_empty(contract.layout_shape(b, 0, nq, d, tensor_layout))
+    out, lse = res
+    return out.new_empty(contract.layout_shape(b, 0, nq, d, tensor_layout)), lse.new_empty((b, 0, nq))
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HND", is_causal: bool = False,
               sm_scale: Optional[float] = None, smooth_k: bool = True, pv_mode: str = "auto") -> Tensor:
     """8-bit attention; returns a tensor shaped like q (see docs/SEMANTICS.md)."""
+    # The op's schema would take None, 2 or 1.5 for a bool; tensor_layout and pv_mode the op checks itself.
+    is_causal = contract.check_bool("torch_sage.attention", "is_causal", is_causal)
+    smooth_k = contract.check_bool("torch_sage.attention", "smooth_k", smooth_k)
+    if _has_no_heads(q, k, v, tensor_layout):
+        return _call_without_heads(torch.ops.sage.attention, q, k, v, tensor_layout, is_causal, sm_scale, smooth_k,
+                                   pv_mode)
     return torch.ops.sage.attention(q, k, v, tensor_layout, is_causal, sm_scale, smooth_k, pv_mode)
 
 
@@ -27,6 +59,11 @@ def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HN
                        sm_scale: Optional[float] = None, smooth_k: bool = True,
                        pv_mode: str = "auto") -> Tuple[Tensor, Tensor]:
     """Like attention, also returning lse: natural-log log-sum-exp of the scores, float32 [B, Hq, Nq]."""
+    is_causal = contract.check_bool("torch_sage.attention_with_lse", "is_causal", is_causal)
+    smooth_k = contract.check_bool("torch_sage.attention_with_lse", "smooth_k", smooth_k)
+    if _has_no_heads(q, k, v, tensor_layout):
+        return _call_without_heads(torch.ops.sage.attention_with_lse, q, k, v, tensor_layout, is_causal, sm_scale,
+                                   smooth_k, pv_mode)
     return torch.ops.sage.attention_with_lse(q, k, v, tensor_layout, is_causal, sm_scale, smooth_k, pv_mode)
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .. import ops
 from ._compat import mark_constant_result
 
 HALF = (torch.float16, torch.bfloat16)
@@ -18,9 +19,18 @@ class SDPAStats:
     """How many attention calls went to torch_sage and, for the others, why not.
 
     ``routed`` / ``fallback`` (a Counter keyed by reason) count calls made in eager mode, one per call.
+    ``errors`` (a Counter keyed by exception type) counts eager calls that torch_sage took and that raised (a
+    bad setting, an sm_scale out of range): they are not in ``routed``. A call sent to SDPA is in ``fallback``
+    whether or not SDPA raised.
     ``compiled_routed`` / ``compiled_fallback`` count decisions taken while torch.compile or torch.export
     traced a call: once per traced call site and compilation, not per run of the compiled graph (the
     decision is part of the graph and cannot change between runs).
+    ``unseen`` (a Counter keyed by function; in eager mode one per call, while tracing one per traced call site)
+    counts attention that sdpa_mode saw computed without an SDPA call it could route. The one key so far,
+    ``multi_head_attention_forward``, is ``F.multi_head_attention_forward``, which ``nn.MultiheadAttention`` and
+    the ``nn.Transformer*`` layers call (an active mode turns their native fast path off): with
+    ``need_weights=True``, MHA's default, it computes the softmax itself; otherwise it calls SDPA from within the
+    mode's own handling of the outer call, and a torch function mode is off while it handles a call.
     """
 
     def __init__(self):
@@ -32,6 +42,8 @@ class SDPAStats:
         self.fallback = Counter()
         self.compiled_routed = 0
         self.compiled_fallback = Counter()
+        self.errors = Counter()
+        self.unseen = Counter()
 
     def _add(self, reason: Optional[str], compiled: bool) -> None:
         with self._lock:
@@ -45,14 +57,22 @@ class SDPAStats:
             else:
                 self.fallback[reason] += 1
 
+    def _add_to(self, counter: Counter, key: str) -> None:
+        with self._lock:
+            counter[key] += 1
+
     def as_dict(self) -> dict:
         return {"routed": self.routed, "fallback": dict(self.fallback), "compiled_routed": self.compiled_routed,
-                "compiled_fallback": dict(self.compiled_fallback)}
+                "compiled_fallback": dict(self.compiled_fallback), "errors": dict(self.errors),
+                "unseen": dict(self.unseen)}
 
     def __repr__(self):
         s = f"SDPAStats(routed={self.routed}, fallback={dict(self.fallback)}"
         if self.compiled_routed or self.compiled_fallback:
             s += f", compiled_routed={self.compiled_routed}, compiled_fallback={dict(self.compiled_fallback)}"
+        for name in ("errors", "unseen"):  # only when there are any, as the compiled counts
+            if getattr(self, name):
+                s += f", {name}={dict(getattr(self, name))}"
         return s + ")"
 
 
@@ -72,6 +92,15 @@ def note(stats_key: int, reason: Optional[str], compiled: bool) -> bool:
     stats = _STATS.get(stats_key)
     if stats is not None:
         stats._add(reason, compiled)
+    return True
+
+
+@mark_constant_result
+def note_unseen(stats_key: int, name: str) -> bool:
+    # As note: run once while tracing, so that a traced call site counts once per compilation.
+    stats = _STATS.get(stats_key)
+    if stats is not None:
+        stats._add_to(stats.unseen, name)
     return True
 
 
@@ -109,8 +138,8 @@ def sage_hnd(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: Optional[f
     if nhd:  # [B, H, N, D] views of [B, N, H, D] tensors: the usual case (q = x.view(B, N, H, D).transpose(1, 2))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     layout = "NHD" if nhd else "HND"
-    if with_lse:
-        out, lse = torch.ops.sage.attention_with_lse(q, k, v, layout, is_causal, scale, smooth_k, pv_mode)
+    if with_lse:  # through ops.py, which also answers inputs without heads (the op refuses them)
+        out, lse = ops.attention_with_lse(q, k, v, layout, is_causal, scale, smooth_k, pv_mode)
     else:
-        out, lse = torch.ops.sage.attention(q, k, v, layout, is_causal, scale, smooth_k, pv_mode), None
+        out, lse = ops.attention(q, k, v, layout, is_causal, scale, smooth_k, pv_mode), None
     return (out.transpose(1, 2) if nhd else out), lse

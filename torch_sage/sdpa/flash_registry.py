@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..contract import MAX_HEAD_DIM, check_pv_mode
+from ..contract import MAX_HEAD_DIM, check_bool, check_pv_mode
 from ._compat import destroy_library, impl_registry, original_kernel
 from ._shared import HALF, SDPAStats, extra_reason, sage_hnd
 
@@ -27,6 +27,9 @@ def flash_fallback_reason(query: Tensor, key: Tensor, value: Tensor, dropout_p: 
     """``None`` if the SAGE flash impl computes this call of the flash op itself, else the reason it calls
     torch's own kernel (``aten::_scaled_dot_product_flash_attention`` on CUDA, or
     ``..._for_cpu`` with ``cpu_op=True``)."""
+    is_causal = check_bool("flash_fallback_reason", "is_causal", is_causal)
+    return_debug_mask = check_bool("flash_fallback_reason", "return_debug_mask", return_debug_mask)
+    cpu_op = check_bool("flash_fallback_reason", "cpu_op", cpu_op)
     if dropout_p != 0.0:
         return "dropout"
     if return_debug_mask:
@@ -101,6 +104,7 @@ def sage_scaled_dot_product_flash_attention(query: Tensor, key: Tensor, value: T
     dropout, shaped as torch's meta kernel says), debug_attn_mask (empty). Any device with sage kernels.
     Raises ValueError for a call outside ``flash_fallback_reason``.
     """
+    smooth_k = check_bool("sage_scaled_dot_product_flash_attention", "smooth_k", smooth_k)
     reason = flash_fallback_reason(query, key, value, dropout_p, is_causal, return_debug_mask)
     if reason is not None:
         raise ValueError(f"torch_sage flash impl: unsupported call ({reason})")
@@ -120,6 +124,7 @@ def sage_scaled_dot_product_flash_attention_for_cpu(query: Tensor, key: Tensor, 
     backend): returns (output shaped like q with ``empty_like(query)`` strides, logsumexp [B, Hq, Nq] float32
     with the strides of a transposed [B, Nq, Hq] tensor, as torch's CPU kernel). float32 is accepted (computed
     as bfloat16). Raises ValueError for a call outside ``flash_fallback_reason(..., cpu_op=True)``."""
+    smooth_k = check_bool("sage_scaled_dot_product_flash_attention_for_cpu", "smooth_k", smooth_k)
     reason = flash_fallback_reason(query, key, value, dropout_p, is_causal, False, attn_mask, cpu_op=True)
     if reason is not None:
         raise ValueError(f"torch_sage flash impl: unsupported call ({reason})")
@@ -144,17 +149,28 @@ def _fallback(original, reason, keyset, *args, **kwargs):
     return original.call_boxed(keyset, *args, **kwargs)
 
 
+def _counted(compute, *args, **kwargs):
+    """compute's result, counted as routed; a call that raised is counted in ``errors`` instead, as sdpa_mode does."""
+    try:
+        res = compute(*args, **kwargs)
+    except Exception as e:
+        flash_impl_stats._add_to(flash_impl_stats.errors, type(e).__name__)
+        raise
+    flash_impl_stats._add(None, False)
+    return res
+
+
 def _make_cuda_forward(original, options):
     def forward(keyset, query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None,
                 **extra):
         reason = extra_reason(extra) or flash_fallback_reason(query, key, value, dropout_p, is_causal,
                                                                return_debug_mask)
-        flash_impl_stats._add(reason, False)
         if reason is not None:
+            flash_impl_stats._add(reason, False)
             return _fallback(original, reason, keyset, query, key, value, dropout_p, is_causal, return_debug_mask,
                              scale=scale, **extra)
-        return sage_scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask,
-                                                       scale=scale, **options)
+        return _counted(sage_scaled_dot_product_flash_attention, query, key, value, dropout_p, is_causal,
+                        return_debug_mask, scale=scale, **options)
     return forward
 
 
@@ -162,12 +178,12 @@ def _make_cpu_forward(original, options):
     def forward(keyset, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None, **extra):
         reason = extra_reason(extra) or flash_fallback_reason(query, key, value, dropout_p, is_causal, False,
                                                                attn_mask, cpu_op=True)
-        flash_impl_stats._add(reason, False)
         if reason is not None:
+            flash_impl_stats._add(reason, False)
             return _fallback(original, reason, keyset, query, key, value, dropout_p, is_causal, attn_mask=attn_mask,
                              scale=scale, **extra)
-        return sage_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, scale=scale,
-                                                               **options)
+        return _counted(sage_scaled_dot_product_flash_attention_for_cpu, query, key, value, dropout_p, is_causal,
+                        scale=scale, **options)
     return forward
 
 
@@ -248,8 +264,9 @@ def activate_flash_impl(devices: Sequence[str] = ("cuda",), *, smooth_k: bool = 
     flash backend too), and the ``smooth_k`` / ``pv_mode`` of the op. Works on a torch without the registry
     too (then torch_sage registers the kernels itself)."""
     global _OWN_ACTIVE
-    check_pv_mode(pv_mode)
-    _SETTINGS.update(devices=tuple(devices), smooth_k=bool(smooth_k), pv_mode=pv_mode)
+    check_pv_mode(pv_mode, "activate_flash_impl")
+    smooth_k = check_bool("activate_flash_impl", "smooth_k", smooth_k)
+    _SETTINGS.update(devices=tuple(devices), smooth_k=smooth_k, pv_mode=pv_mode)
     try:
         reg = impl_registry()
         if reg is None:

@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..contract import MAX_HEAD_DIM, check_pv_mode
+from ..contract import MAX_HEAD_DIM, check_bool, check_pv_mode
 from ._compat import top_function_mode
-from ._shared import DEVICES, HALF, SDPAStats, extra_reason, is_tracing, note, sage_hnd, stats_key
+from ._shared import (DEVICES, HALF, SDPAStats, extra_reason, is_tracing, note, note_unseen, sage_hnd,
+                      stats_key)
 
 
 def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
@@ -24,6 +25,10 @@ def sdpa_fallback_reason(query: Tensor, key: Tensor, value: Tensor, attn_mask: O
                          enable_gqa: bool = False, *, allow_fp32: bool = False) -> Optional[str]:
     """``None`` if ``sdpa_mode`` sends this ``F.scaled_dot_product_attention`` call to torch_sage, else
     the reason it calls SDPA instead (the key counted in ``SDPAStats.fallback``)."""
+    # The mode passes bools (torch's parser checked SDPA's own); a direct caller may not.
+    is_causal = check_bool("sdpa_fallback_reason", "is_causal", is_causal)
+    enable_gqa = check_bool("sdpa_fallback_reason", "enable_gqa", enable_gqa)
+    allow_fp32 = check_bool("sdpa_fallback_reason", "allow_fp32", allow_fp32)
     if attn_mask is not None:
         return "attn_mask"
     if dropout_p != 0.0:
@@ -86,10 +91,10 @@ class SageSDPAMode(TorchFunctionMode):
     def __init__(self, *, smooth_k: bool = True, pv_mode: str = "auto", allow_fp32: bool = False,
                  stats: Optional[SDPAStats] = None):
         super().__init__()
-        check_pv_mode(pv_mode)
-        self.smooth_k = bool(smooth_k)
+        check_pv_mode(pv_mode, "sdpa_mode")
+        self.smooth_k = check_bool("sdpa_mode", "smooth_k", smooth_k)
         self.pv_mode = pv_mode
-        self.allow_fp32 = bool(allow_fp32)
+        self.allow_fp32 = check_bool("sdpa_mode", "allow_fp32", allow_fp32)
         self.stats = stats if stats is not None else SDPAStats()
         self._stats_key = stats_key(self.stats)
 
@@ -97,15 +102,32 @@ class SageSDPAMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         if func is not F.scaled_dot_product_attention:
+            if func is F.multi_head_attention_forward:
+                # Its attention never reaches this mode as an SDPA call (SDPAStats.unseen says why): counted so
+                # that routed=0 for an nn.MultiheadAttention model has a named cause.
+                note_unseen(self._stats_key, "multi_head_attention_forward")
             return func(*args, **kwargs)
         q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, extra = _sdpa_args(*args, **kwargs)
         reason = extra_reason(extra) if extra else None  # an argument of a later torch: SDPA knows it
         if reason is None:
             reason = sdpa_fallback_reason(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                                           allow_fp32=self.allow_fp32)
-        note(self._stats_key, reason, is_tracing())
+        if is_tracing():  # a decision of the graph, counted once while tracing (the graph's runs are not seen)
+            note(self._stats_key, reason, True)
+            return func(*args, **kwargs) if reason is not None else self._sage(q, k, v, is_causal, scale)
         if reason is not None:
+            self.stats._add(reason, False)
             return func(*args, **kwargs)
+        try:
+            out = self._sage(q, k, v, is_causal, scale)
+        except Exception as e:
+            # Routed only if computed: a call that raised (a bad setting, an sm_scale out of range) is an error.
+            self.stats._add_to(self.stats.errors, type(e).__name__)
+            raise
+        self.stats._add(None, False)
+        return out
+
+    def _sage(self, q: Tensor, k: Tensor, v: Tensor, is_causal, scale) -> Tensor:
         out, _ = sage_hnd(_to_4d(q), _to_4d(k), _to_4d(v), bool(is_causal), scale, self.smooth_k, self.pv_mode,
                            False)
         return out if q.dim() == 4 else out.reshape(q.shape)
