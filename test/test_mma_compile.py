@@ -47,9 +47,9 @@ def compiled(tmp_path_factory):
 
 # The one known exception: the fast-mode kernels at head_dim 128 for sm_90a, which run only when forced
 # (SAGEATTN_SK1_MMA=1; the H100 / H200 default is the sm90 kernel), where ptxas widens each e4m3 product to float16
-# HMMA and spills (the causal kernel 52 bytes, reloaded as 136; none on sm_89 / sm_120 from the same source). They are held to those bytes
-# either way, not to 0.
-KNOWN_SPILLS = {("inst_d128_float8", "90a", True): 136, ("inst_d128_float8", "90a", False): 24}
+# HMMA and spills a few bytes (none on sm_89 / sm_120 from the same source). Each is held to its bytes (the larger
+# of stores and loads), not to 0.
+KNOWN_SPILLS = {("inst_d128_float8", "90a", False): 32, ("inst_d128_float8", "90a", True): 16}
 
 
 def test_no_spills(compiled):
@@ -101,10 +101,10 @@ int main() {
 
 
 def test_shared_memory_fits_every_arch(tmp_path):
-    """Each tile set's dynamic shared memory within the 99 KB per block of sm_86 / sm_89 / sm_120, a CTA of 128
-    query rows (one q-scale block)."""
+    """Each tile set's dynamic shared memory leaves room for two CTAs an SM on sm_86 / sm_89 / sm_120 (100 KB an SM,
+    1 KB of it reserved per CTA), a CTA of 4 warps and 64 query rows (half a q-scale block)."""
     rows = [list(map(int, line.split())) for line in
             _run_host_program(tmp_path, _SMEM_PROGRAM, f"-I{ROOT / 'csrc'}").splitlines()]
     assert len(rows) == 6
     for d, _, smem, threads, cta_rows in rows:
-        assert 0 < smem <= 99 * 1024 and cta_rows == 128 and threads in (128, 256), (d, smem, threads)
+        assert 0 < smem <= 49 * 1024 and cta_rows == 64 and threads == 128, (d, smem, threads)

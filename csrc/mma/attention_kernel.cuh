@@ -78,6 +78,8 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
   } else {
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* q_s = smem + T::kQOffset;
+    using QK = typename T::QKTile;
+    using VT = typename T::VTile;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
     // Causal CTAs take the longest row tiles (most keys) first over the whole grid, so that short ones fill its
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
     using QKChunks = std::integral_constant<int, D / 16>;
     const auto load_q = [&] {
       copies(std::integral_constant<int, T::kCtaRows>{}, QKChunks{}, [&](int r, int c) {
-        cp_async16(smem_addr(q_s + r * T::kQKRow + 16 * c), q_src + r * D + 16 * c, true);
+        cp_async16(smem_addr(q_s + QK::offset(r, c)), q_src + r * D + 16 * c, true);
       });
     };
     // Step n's K and V go to stage n % 2.
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
       const int8_t* src = k_src + static_cast<int64_t>(n) * kKeys * D;  // nk_pad covers whole steps: no check
       uint8_t* k_s = smem + T::kKOffset + (n & 1) * T::kKStage;
       copies(std::integral_constant<int, kKeys>{}, QKChunks{}, [&](int r, int c) {
-        cp_async16(smem_addr(k_s + r * T::kQKRow + 16 * c), src + r * D + 16 * c, true);
+        cp_async16(smem_addr(k_s + QK::offset(r, c)), src + r * D + 16 * c, true);
       });
     };
     const auto load_v = [&](int n) {
@@ -126,36 +128,41 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
       if constexpr (FP8) {  // V^T rows: zero past kv_len and head_dim, padded to whole blocks (vt_layout.h)
         const uint8_t* src = static_cast<const uint8_t*>(a.v) + bhk * D * a.vt_tokens + static_cast<int64_t>(n) * kKeys;
         copies(std::integral_constant<int, D>{}, std::integral_constant<int, kKeys / 16>{}, [&](int r, int c) {
-          cp_async16(smem_addr(v_s + r * T::kVRow + 16 * c), src + r * a.vt_tokens + 16 * c, true);
+          cp_async16(smem_addr(v_s + VT::offset(r, c)), src + r * a.vt_tokens + 16 * c, true);
         });
       } else {  // 16-bit V: zeros past kv_len (P is 0 there, and 0 * NaN garbage would not be) and head_dim
         // One source pointer stepped by rows.
         constexpr int kChunks = D / 8, kStep = T::kThreads / kChunks;
-        static_assert(T::kThreads % kChunks == 0 && kKeys % kStep == 0, "whole copies a thread");
+        static_assert(T::kThreads % kChunks == 0 && kKeys % kStep == 0 && kStep % 8 == 0, "whole copies a thread");
         const int c = tid % kChunks, r0 = tid / kChunks;
         const uint16_t* head = static_cast<const uint16_t*>(a.v) + b * a.v_stride_b + hk * a.v_stride_h;
         const uint16_t* src = head + static_cast<int64_t>(n * kKeys + r0) * a.v_stride_n + 8 * c;
-        const uint32_t dst = smem_addr(v_s + r0 * T::kVRow + 16 * c);
+        const uint32_t dst = smem_addr(v_s + VT::offset(r0, c));  // rows r0 + kStep it: the same swizzle
         const bool in_dim = 8 * c < a.head_dim;
 #pragma unroll
         for (int it = 0; it < kKeys / kStep; ++it) {
           const bool valid = in_dim && n * kKeys + r0 + kStep * it < a.kv_len;
-          cp_async16(dst + it * kStep * T::kVRow, valid ? src : head, valid);
+          cp_async16(dst + it * kStep * VT::kStride, valid ? src : head, valid);
           src += kStep * a.v_stride_n;
         }
       }
     };
 
-    // Each lane's ldmatrix address at the first fragment of each operand (stage 0); the kernel adds compile-time
-    // offsets. Q (A of Q.K^T): matrices rows 0-7 / 8-15 of an m-tile, bytes 0-15 / 16-31 of a k-slice. K (B of
-    // Q.K^T) and V^T (B of the fast P.V): rows 0-7 bytes 0-15 / 16-31, rows 8-15 bytes 0-15 / 16-31 (B of two
-    // n-tiles). 16-bit V (B of the accurate P.V, transposed): keys 0-7 / 8-15 of channels 0-7, then of channels 8-15.
-    const uint32_t q_frag = smem_addr(q_s) + (warp * T::kWarpRows + lane % 16) * T::kQKRow + 16 * (lane / 16);
-    const uint32_t k_frag =
-        smem_addr(smem + T::kKOffset) + (lane % 8 + 8 * (lane / 16)) * T::kQKRow + 16 * ((lane / 8) % 2);
-    const uint32_t v_frag =
-        FP8 ? smem_addr(smem + T::kVOffset) + (lane % 8 + 8 * (lane / 16)) * T::kVRow + 16 * ((lane / 8) % 2)
-            : smem_addr(smem + T::kVOffset) + (lane % 8 + 8 * ((lane / 8) % 2)) * T::kVRow + 16 * (lane / 16);
+    // Each lane's ldmatrix rows and chunks (traits.h RowTile: row % 8 is lane % 8 in each, so a fragment's chunk
+    // c of the tile is c ^ lane_chunk). Q (A of Q.K^T): matrices rows 0-7 / 8-15 of an m-tile, bytes 0-15 / 16-31 of
+    // a k-slice. K (B of Q.K^T) and V^T (B of the fast P.V): rows 0-7 bytes 0-15 / 16-31, rows 8-15 bytes 0-15 /
+    // 16-31 (B of two n-tiles). 16-bit V (B of the accurate P.V, transposed): keys 0-7 / 8-15 of channels 0-7, then
+    // of channels 8-15.
+    const auto lane_chunk = [&](auto tile, int c) {
+      return decltype(tile)::kSwizzle ? c ^ (lane & 7) : c;
+    };
+    const uint32_t q_frag = smem_addr(q_s) + (warp * T::kWarpRows + lane % 16) * QK::kStride;
+    const int q_chunk = lane_chunk(QK{}, lane / 16);
+    const uint32_t k_frag = smem_addr(smem + T::kKOffset) + (lane % 8 + 8 * (lane / 16)) * QK::kStride;
+    const int k_chunk = lane_chunk(QK{}, (lane / 8) % 2);
+    const uint32_t v_frag = smem_addr(smem + T::kVOffset) +
+                            (FP8 ? lane % 8 + 8 * (lane / 16) : lane % 8 + 8 * ((lane / 8) % 2)) * VT::kStride;
+    const int v_chunk = lane_chunk(VT{}, FP8 ? (lane / 8) % 2 : lane / 16);
 
     // Q's A fragments, in registers for the whole kernel once Q has landed (kM * D / 32 * 4 registers).
     uint32_t qa[kM][D / 32][4];
@@ -173,7 +180,9 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         }
       }
       constexpr int kFrags = D / 32 * kS / 2;  // fragment f: k-slice f / (kS / 2), n-tiles 2 (f % (kS / 2)), + 1
-      const auto k_addr = [&](int f) { return k_base + (16 * (f % (kS / 2)) * T::kQKRow + 32 * (f / (kS / 2))); };
+      const auto k_addr = [&](int f) {
+        return k_base + (16 * (f % (kS / 2)) * QK::kStride + 16 * ((2 * (f / (kS / 2))) ^ k_chunk));
+      };
       uint32_t kb[3][4];
       ldmatrix_x4(kb[0], k_addr(0));
       ldmatrix_x4(kb[1], k_addr(1));
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
     load_v(0);
     cp_async_commit();
 
-    const float q_scale = a.q_scale[bh * (a.nq_pad / kBlockQ) + m_tile];
+    const float q_scale = a.q_scale[bh * (a.nq_pad / kBlockQ) + m0 / kBlockQ];
     const float* k_scales = a.k_scale + bhk * (a.nk_pad / kBlockK);
     const int row0 = m0 + warp * T::kWarpRows + acc_row(lane, 0);  // rows row0 + 16 mt + 8 i
     const float kInf = __int_as_float(0x7f800000);
@@ -225,7 +234,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
-      for (int kk = 0; kk < D / 32; ++kk) ldmatrix_x4(qa[mt][kk], q_frag + (16 * mt * T::kQKRow + 32 * kk));
+      for (int kk = 0; kk < D / 32; ++kk) ldmatrix_x4(qa[mt][kk], q_frag + (16 * mt * QK::kStride + 16 * ((2 * kk) ^ q_chunk)));
     }
     int32_t s[kM][kS][4];
     qk_product(s, 0);
@@ -343,7 +352,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         // V^T fragment f: channels 16 (f / 2) .., k-slice f % 2; read two products ahead as in qk_product.
         constexpr int kFrags = kO;
         static_assert(kM == 1, "each V^T fragment is read once, for one m-tile");
-        const auto v_addr = [&](int f) { return v_base + (16 * (f / 2) * T::kVRow + 32 * (f % 2)); };
+        const auto v_addr = [&](int f) { return v_base + (16 * (f / 2) * VT::kStride + 16 * ((2 * (f % 2)) ^ v_chunk)); };
         uint32_t vb[3][4];
         ldmatrix_x4(vb[0], v_addr(0));
         ldmatrix_x4(vb[1], v_addr(1));
@@ -385,7 +394,9 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
         // V fragment f (transposed): keys 16 (f / (kO / 2)) .., channels 16 (f % (kO / 2)) ..; read two products
         // ahead as in qk_product.
         constexpr int kFrags = 4 * kO / 2;
-        const auto v_addr = [&](int f) { return v_base + (16 * (f / (kO / 2)) * T::kVRow + 32 * (f % (kO / 2))); };
+        const auto v_addr = [&](int f) {
+          return v_base + (16 * (f / (kO / 2)) * VT::kStride + 16 * ((2 * (f % (kO / 2))) ^ v_chunk));
+        };
         uint32_t vb[3][4];
         ldmatrix_x4_trans(vb[0], v_addr(0));
         ldmatrix_x4_trans(vb[1], v_addr(1));
