@@ -1,7 +1,7 @@
 // The mma attention kernel (its launcher interface: qk_int8_attention_mma.h; its tiles: traits.h; its instruction
-// set: warp_mma.h) and the launch of one instantiation. A CTA of 4 or 8 warps (traits.h) takes 128 query rows (one q-scale block) of
-// one head and walks the keys in steps of 64 (one k-scale block): Q, K and V tiles in shared memory through cp.async,
-// K of the next step loading during this step's softmax and P.V, V of the next step during the next Q.K^T.
+// set: warp_mma.h) and the launch of one instantiation. A CTA of 4 warps (traits.h) takes 64 query rows of one head
+// and walks the keys in steps of 64 (one k-scale block) through two shared-memory stages of K and V filled by
+// cp.async, one step ahead; each warp issues the next step's Q.K^T before this step's softmax.
 // Instantiated per head_dim and V type in inst_*.cu (each file compiled for every CUDA arch of the build).
 #pragma once
 #include <cuda_runtime.h>
