@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_sage
-from torch_sage import dropin
+from torch_sage import sageattention_alias, sageattention_api
 from conftest import accuracy, assert_accurate, exact_attention, make_qkv
 
 
@@ -35,8 +35,8 @@ def test_alias_is_importable_and_has_metadata(alias):
     import sageattention
     from sageattention import sageattn, sageattn_varlen  # noqa: F401
 
-    assert sageattention is alias and dropin.is_sageattention_alias(sageattention)
-    assert sageattn is dropin.sageattn
+    assert sageattention is alias and sageattention_alias.is_sageattention_alias(sageattention)
+    assert sageattn is sageattention_api.sageattn
     # What diffusers' _is_package_available("sageattention") and is_sageattention_version(">=", "2.1.1") read:
     assert importlib.util.find_spec("sageattention") is not None
     version = importlib.metadata.version("sageattention")
@@ -69,7 +69,7 @@ def test_alias_stands_aside_for_a_real_sageattention(monkeypatch):
     try:
         assert torch_sage.install_sageattention_alias() is real  # not forced: the real one stays
         forced = torch_sage.install_sageattention_alias(force=True)
-        assert forced is not real and dropin.is_sageattention_alias(sys.modules["sageattention"])
+        assert forced is not real and sageattention_alias.is_sageattention_alias(sys.modules["sageattention"])
         torch_sage.uninstall_sageattention_alias()
         assert "sageattention" not in sys.modules
         assert _installed_sageattention_version() == before  # the alias's metadata left with it
@@ -92,7 +92,7 @@ def test_force_by_environment_and_too_late_warning(monkeypatch):
     try:
         with pytest.warns(UserWarning, match="torch_sage.with_sageattention main.py"):
             mod = torch_sage.install_sageattention_alias()
-        assert mod is not real and dropin.is_sageattention_alias(mod)
+        assert mod is not real and sageattention_alias.is_sageattention_alias(mod)
     finally:
         torch_sage.uninstall_sageattention_alias()
         if saved is not None:
@@ -373,3 +373,84 @@ def test_launcher_runs_a_program_with_the_alias(tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split("\n")[0] == "__main__ ['--use-sage-attention'] 2.2.0+ (1, 64, 2, 64) False"
+
+
+def test_dropin_module_keeps_its_names():
+    """torch_sage.dropin, the former home of both halves, still gives what it gave."""
+    from torch_sage import dropin
+
+    for name in sageattention_api.FUNCTIONS:
+        assert getattr(dropin, name) is getattr(sageattention_api, name)
+    assert dropin.install_sageattention_alias is torch_sage.install_sageattention_alias
+    assert dropin.is_sageattention_alias is sageattention_alias.is_sageattention_alias
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# diffusers imported before the alias: it has recorded "no sageattention" already
+# ---------------------------------------------------------------------------------------------------------------
+
+LATE_ALIAS = '''
+import sys, warnings
+import torch, diffusers
+import diffusers.utils.import_utils as iu
+if {dispatcher_first}:
+    from diffusers import FluxTransformer2DModel  # imports the dispatcher: it decides with iu's record
+    import diffusers.models.attention_dispatch as ad
+    assert ad._CAN_USE_SAGE_ATTN is False
+import torch_sage
+assert iu._sageattention_available is False
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # nothing to warn about: the records are updated
+    alias = torch_sage.install_sageattention_alias()
+from diffusers import FluxTransformer2DModel
+import diffusers.models.attention_dispatch as ad
+model = FluxTransformer2DModel(num_layers=1, num_single_layers=1, attention_head_dim=64, num_attention_heads=2,
+                               joint_attention_dim=32, pooled_projection_dim=32, in_channels=16,
+                               axes_dims_rope=(8, 28, 28)).to(torch.bfloat16)
+model.set_attention_backend("sage")
+calls = []
+ad.sageattn = lambda *a, **k: calls.append(1) or alias.sageattn(*a, **k)
+g = torch.Generator().manual_seed(0)
+ids = torch.stack([torch.zeros(64), torch.arange(64) // 8, torch.arange(64) % 8], 1)
+with torch.inference_mode():
+    out = model(hidden_states=torch.randn(1, 64, 16, generator=g).bfloat16(),
+                encoder_hidden_states=torch.randn(1, 8, 32, generator=g).bfloat16(),
+                pooled_projections=torch.randn(1, 32, generator=g).bfloat16(), timestep=torch.tensor([0.5]).bfloat16(),
+                img_ids=ids, txt_ids=torch.zeros(8, 3), return_dict=False)[0]
+torch_sage.uninstall_sageattention_alias()
+print(len(calls), tuple(out.shape), bool(torch.isfinite(out).all()), iu._sageattention_available,
+      ad._CAN_USE_SAGE_ATTN is not {dispatcher_first})
+'''
+
+
+@pytest.mark.parametrize("dispatcher_first", [False, True])
+def test_alias_installed_after_diffusers_import(tmp_path, dispatcher_first):
+    """``import diffusers`` (and, with dispatcher_first, a model class, which imports the attention dispatcher) and
+    only then the alias: diffusers' 'sage' backend runs torch_sage all the same, and uninstalling puts diffusers'
+    records back."""
+    if importlib.util.find_spec("diffusers") is None:
+        pytest.skip("pip install diffusers")
+    import subprocess
+
+    script = tmp_path / "late.py"
+    script.write_text(LATE_ALIAS.format(dispatcher_first=dispatcher_first))
+    env = dict(os.environ, TORCH_SAGE_FORCE_ALIAS="1")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # 2 attention calls (one double-stream, one single-stream block); after uninstalling, diffusers' import-time
+    # record is "missing" again, and a dispatcher flag the alias set is reset.
+    assert res.stdout.strip().splitlines()[-1] == "2 (1, 64, 16) True False True"
+
+
+def test_unknown_diffusers_warns_naming_the_fix(alias, monkeypatch):
+    """A diffusers that keeps its sageattention check elsewhere cannot be updated: the warning says what to do."""
+    alias_mod = alias
+    torch_sage.uninstall_sageattention_alias()
+    fake = types.ModuleType("diffusers")
+    fake.__version__ = "0.0.1"
+    monkeypatch.setitem(sys.modules, "diffusers", fake)
+    monkeypatch.setitem(sys.modules, "diffusers.utils.import_utils", types.ModuleType("diffusers.utils.import_utils"))
+    with pytest.warns(UserWarning, match=r"diffusers 0\.0\.1 was imported before .*install the alias before "
+                                         "importing diffusers"):
+        mod = torch_sage.install_sageattention_alias(force=True)
+    assert sageattention_alias.is_sageattention_alias(mod) and mod is not alias_mod

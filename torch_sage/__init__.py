@@ -12,7 +12,7 @@ from .api import sageattn
 from .ops import attention, attention_with_lse
 from . import sdpa  # noqa: F401  (registers the "SAGE" flash-attention impl; activates nothing)
 from .sdpa import SageSDPAMode, SDPAStats, disable_sdpa, enable_sdpa, sdpa_mode
-from .dropin import install_sageattention_alias, uninstall_sageattention_alias
+from .sageattention_alias import install_sageattention_alias, uninstall_sageattention_alias
 
 __version__ = "0.1.0"
 __all__ = ["attention", "attention_with_lse", "sageattn", "sdpa_mode", "SageSDPAMode", "SDPAStats", "enable_sdpa",
