@@ -17,14 +17,13 @@ import re
 import subprocess
 import sys
 import sysconfig
-import types
 
 import torch
 from setuptools import setup
 from torch.utils import cpp_extension as ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-AOT_DIR = os.path.join("build", "aot")  # generated: images.bin + aot_images.cpp (torch_sage/aot_build.py)
+AOT_DIR = os.path.join("build", "aot")  # generated: images.bin + aot_images.cpp (build_tools/aot_build.py)
 
 
 def rel(pattern):
@@ -101,12 +100,9 @@ def use_sm90_arch():
 
 
 def load_aot_build():
-    """torch_sage.aot_build without torch_sage/__init__.py (which loads _C, not built yet). The stand-in package
-    stays in sys.modules for the rest of the build: the compile workers find the module through it."""
-    pkg = types.ModuleType("torch_sage")
-    pkg.__path__ = [os.path.join(HERE, "torch_sage")]
-    sys.modules["torch_sage"] = pkg
-    import torch_sage.aot_build as aot_build  # noqa: PLC0415
+    """build_tools/aot_build.py (imported only here: it needs Triton, and only a GPU build runs it)."""
+    sys.path.insert(0, os.path.join(HERE, "build_tools"))
+    import aot_build  # noqa: PLC0415
     return aot_build
 
 

@@ -1,4 +1,4 @@
-"""The build-time compile of the default GPU path's Triton kernels (torch_sage/aot_build.py), run without a GPU for
+"""The build-time compile of the default GPU path's Triton kernels (build_tools/aot_build.py), run without a GPU for
 sm_90 and gfx1201/gfx1200, with the images checked: the matrix instructions meant (IGMMA for Q.K, HGMMA or QGMMA for
 P.V on sm_90; v_wmma on gfx12), no register spills, gfx1200 code identical to gfx1201's, metadata the C++ launcher
 can use, and a generated table whose embedded blob holds each image at its offset.
@@ -23,12 +23,15 @@ import torch
 from conftest import gpu_device
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILD_TOOLS = ROOT / "build_tools"
 REQUIRED = os.environ.get("SAGE_REQUIRE_AMD_COMPILE") == "1"  # CI: a missing tool fails instead of skipping
 
 
 def _aot_build():
     pytest.importorskip("triton")
-    from torch_sage import aot_build  # its key functions and tables only: the compiles run in a subprocess
+    if str(BUILD_TOOLS) not in sys.path:
+        sys.path.insert(0, str(BUILD_TOOLS))
+    import aot_build  # its key functions and tables only: the compiles run in a subprocess
 
     return aot_build
 
@@ -44,7 +47,8 @@ def compiled(tmp_path_factory):
     env["TRITON_CACHE_DIR"] = str(out / "triton-cache")
     script = textwrap.dedent(f"""
         import json, pickle, sys
-        from torch_sage import aot_build
+        sys.path.insert(0, {str(BUILD_TOOLS)!r})
+        import aot_build
         results = aot_build.compile_all(["sm_90", "gfx1201", "gfx1200"])
         aot_build.write_sources([r for r in results if r[0] == "sm_90"], {str(out)!r})
         pickle.dump(results, open({str(out / "results.pkl")!r}, "wb"))
@@ -53,6 +57,7 @@ def compiled(tmp_path_factory):
     assert res.returncode == 0, res.stderr[-4000:]
     import pickle
 
+    _aot_build()  # the pickled Specs are aot_build's
     with open(out / "results.pkl", "rb") as f:
         results = pickle.load(f)
     by_arch = {}
@@ -301,3 +306,23 @@ def test_unaligned_v_takes_the_any_variant_and_matches_the_jit(monkeypatch):
     out_jit, lse_jit = torch.ops.sage._qk_int8_attention_triton(qi, qs, ki, ks, v, None, 777, "NHD", False,
                                                                 torch.float16)
     assert torch.equal(out, out_jit) and torch.equal(lse, lse_jit)
+
+
+def test_setup_loads_the_build_tool_without_the_package(tmp_path):
+    """setup.py's load_aot_build, run as a build runs it (before _C exists): build_tools/aot_build.py reads the kernel
+    sources of this tree without running torch_sage/__init__.py (which loads _C) and without putting a torch_sage
+    into sys.modules."""
+    pytest.importorskip("triton")
+    script = textwrap.dedent(f"""
+        import runpy, sys, setuptools
+        setuptools.setup = lambda **kwargs: None  # the module's definitions only
+        aot_build = runpy.run_path({str(ROOT / "setup.py")!r}, run_name="setup")["load_aot_build"]()
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "torch_sage"), aot_build.ta.__file__,
+              len(aot_build.kernel_set("sm_90")), len(aot_build.kernel_set("sm_80")))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    res = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # sm_80 has no e4m3: the fast mode's 36 kernels are left out
+    assert res.stdout.split() == ["[]", str(ROOT / "torch_sage" / "triton_attention.py"), "72", "36"]

@@ -1,6 +1,6 @@
 """Launch configurations of the Triton attention kernel: (BLOCK_M, BLOCK_N, num_warps, num_stages), keyed by
 (arch, padded head_dim, P.V mode, aligned). No autotuning in the call path: the kernels compiled ahead of time
-(torch_sage/aot_build.py) and the JIT (torch_sage/triton_attention.py) read the same table, and
+(build_tools/aot_build.py) and the JIT (torch_sage/triton_attention.py) read the same table, and
 benchmarks/sweep_attention_configs.py measures candidates for it.
 """
 from typing import Tuple
@@ -22,7 +22,7 @@ def attention_config(arch: str, head_dim_pad: int, fp8: bool, aligned: bool = Tr
     V goes through registers with masks, and the entries below are the ones that compile without spills.
     BLOCK_M divides BLOCK_Q (one q scale per tile); BLOCK_N divides BLOCK_K or is a multiple of it. The same
     entry serves every length (num_stages only pipelines; a single key block runs it too), so the kernels
-    compiled ahead of time (torch_sage/aot_build.py) are the ones the JIT would build.
+    compiled ahead of time (build_tools/aot_build.py) are the ones the JIT would build.
     """
     if arch in ("sm_90", "sm_90a"):  # Hopper (H100/H200): wgmma, 227 KiB shared memory
         # Measured (F6): Dp=128 fp16/bf16 V 588 TOPS with 4 warps against 511 with 8; fp8 V best with 8 warps.

@@ -2,7 +2,8 @@
 
 Block sizes, head-dim padding, the [B, H, N, D] view of either layout, the shapes of the ops' outputs, the fp8
 maximum and log2(e). The C++ side defines the same rules once in csrc/contract.h; test/test_contract.py compiles
-that header and checks that both agree. Torch-free, so the build (aot_build.py) and the Triton kernels read it too.
+that header and checks that both agree. Torch-free, so the build (build_tools/aot_build.py) and the Triton kernels
+read it too.
 Also the checks of the public API's boolean and enum arguments (check_bool, check_choice), which every entry point
 uses.
 """

@@ -140,7 +140,7 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QBLK: tl.constexpr, KBLK: tl.constexpr,
                       HEAD_DIM_PAD: tl.constexpr, MASK_D: tl.constexpr,
                       IS_CAUSAL: tl.constexpr, FP8: tl.constexpr, P_SHIFT: tl.constexpr, EMULATE: tl.constexpr):
-    # The same source is JIT-compiled (the Triton fallback) and compiled ahead of time (torch_sage/aot_build.py;
+    # The same source is JIT-compiled (the Triton fallback) and compiled ahead of time (build_tools/aot_build.py;
     # the argument list there is this one). head_dim is a run-time value so one image serves every head_dim of a
     # padded size; MASK_D=False (head_dim == HEAD_DIM_PAD) drops the column masks. V's last dimension is
     # contiguous. QBLK / KBLK: tokens per q / k scale (the prologue's blocks).
