@@ -5,13 +5,16 @@ sm90 kernel forced to each of its two schedules, against F.scaled_dot_product_at
 backends and, when importable, SageAttention 2.2.0's CUDA kernels (sage2-*; run_gpu.sh SAGE_SAGE2=1) or else
 sageattention 1.0.6, and on sm_90 FlashAttention-3 (fa3-bf16, fa3-e4m3; the fa3_fwd wheel in .whl/).
 Prints TOPS (4*B*H*N^2*D / time, half for causal), the ratio to cuDNN and accuracy against float64 exact
-attention (first head, first 1024 queries); writes a CSV and a PNG plot. Long calls are timed one call between two
-CUDA events, the methods in turns (each turn in its own order); short calls (256-1024 tokens) one call at a time
-with the host included, each method's calls in a row; the "b2b" columns time 4 calls queued back to back between
-two events, per call. Then the attention kernel alone, precompiled (C++ launch) against Triton's JIT of the same
-source, and the first call in a fresh process with an empty Triton cache.
+attention (first head, first 1024 queries); writes a CSV, with --save-json the results file (JSON) and with --plot a
+PNG of the ratios to cuDNN (matplotlib; --plot-from draws a results file, no GPU needed: benchmarks/plot_results.py).
+Long calls are timed one call between two CUDA events, the methods in turns (each turn in its own order); short calls
+(256-1024 tokens) one call at a time with the host included, each method's calls in a row; the "b2b" columns time 4
+calls queued back to back between two events, per call. Then the attention kernel alone, precompiled (C++ launch)
+against Triton's JIT of the same source, and the first call in a fresh process with an empty Triton cache.
 
 python benchmarks/bench_attention.py [--out DIR] [--quick] [--methods sage-auto,sage-fp8] [--tokens 32760,75600]
+                                     [--save-json FILE] [--plot PNG]
+python benchmarks/bench_attention.py --plot-from FILE --plot PNG [--methods ...] [--tokens ...]
 """
 import argparse
 import contextlib
@@ -27,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import plot_results
 import torch_sage
 from timing import device_ms, interleaved_ms, wall_ms
 
@@ -205,7 +209,27 @@ def main():
     p.add_argument("--tokens", type=token_counts,
                    help="comma-separated sequence lengths N: only the rows of those (an A/B's long rows); with it or "
                    "--methods, the kernel-alone and first-call parts are left out")
+    p.add_argument("--save-json", metavar="FILE", help="write the table and the card's name to FILE (for --plot-from)")
+    p.add_argument("--plot", metavar="PNG", help="draw the ratios to cuDNN, one bar per method and shape (matplotlib)")
+    p.add_argument("--plot-from", metavar="FILE", help="draw --plot from a --save-json FILE instead of measuring; "
+                   "--methods and --tokens choose its rows")
     args = p.parse_args()
+    if args.plot_from:
+        if not args.plot:
+            p.error("--plot-from needs --plot PNG")
+        try:
+            results = plot_results.select(plot_results.load_results(args.plot_from), args.methods and
+                                          args.methods.split(","), args.tokens)
+            plot_results.plot_ratios(results, args.plot)
+        except (ImportError, OSError, ValueError) as e:
+            p.error(str(e))
+        print(f"wrote {args.plot} ({len(results['rows'])} rows of {results['device']})")
+        return
+    if args.plot:
+        try:
+            plot_results.check_matplotlib()  # before the measurements, not after them
+        except ImportError as e:
+            p.error(str(e))
     ms = methods()
     if args.methods:
         keep = tuple(args.methods.split(","))
@@ -269,25 +293,11 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        shapes = list(dict.fromkeys(r["shape"] for r in rows))
-        names = list(ms)
-        fig, ax = plt.subplots(figsize=(14, 5))
-        width = 0.8 / len(names)
-        for i, name in enumerate(names):
-            vals = [next(r["tops"] for r in rows if r["shape"] == s and r["method"] == name) for s in shapes]
-            ax.bar([x + i * width for x in range(len(shapes))], vals, width, label=name)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(shapes))], shapes, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("TOPS")
-        ax.set_title(f"attention, bf16, {torch.cuda.get_device_name()}")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "bench_attention.png"), dpi=100)
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    device = torch.cuda.get_device_name()
+    if args.save_json:
+        plot_results.save_results(args.save_json, rows, device, torch.__version__)
+    if args.plot:
+        plot_results.plot_ratios({"device": device, "torch": torch.__version__, "rows": rows}, args.plot)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@
 #   SAGE_BENCHES (default: bench_prologue bench_attention); SAGE_BENCH_ARGS, more arguments for each, e.g.
 #   "--methods sage-auto,sage-triton" (bench_attention: those rows and cuDNN's only; "--tokens 32760,75600": only the
 #   rows of those sequence lengths)
+#   SAGE_BENCH_PLOT=1: bench_attention also writes its table as bench_attention.json to $OUT and, where matplotlib is
+#   installed, the plot of it as bench_attention.png (without it, draw it elsewhere:
+#   python benchmarks/bench_attention.py --plot-from bench_attention.json --plot bench_attention.png)
 #   SAGE_PROFILES ';'-separated argument lists for tools/profile_one_call.py, each run after the tests (default: none),
 #   e.g. "--shape 1,32,8192,128 --causal --mode fp8 --kernels 20; --shape 1,40,1024,128 --kernels 50"
 #   SAGE_SANITIZERS compute-sanitizer tools to run over tools/gpu_memcheck.py (default: memcheck; "" for none)
@@ -107,7 +110,13 @@ measure() {
       nvidia-smi --query-gpu="$fields" --format=csv -lms 20 > "$OUT/clocks_$b$tag.csv" 2>&1 &
       sampler=$!
     fi
-    timeout "$STEP" python3 "benchmarks/$b.py" --out "$out" ${SAGE_BENCH_ARGS-} > "$OUT/$b$tag.log" 2>&1
+    local plot=()
+    if [ -n "${SAGE_BENCH_PLOT-}" ] && [ "$b" = bench_attention ]; then
+      plot=(--save-json "$OUT/$b$tag.json")
+      if python3 -c "import matplotlib" 2> /dev/null; then plot+=(--plot "$OUT/$b$tag.png")
+      else echo "matplotlib is not installed here: $b$tag.json only (re-draw it with --plot-from)"; fi
+    fi
+    timeout "$STEP" python3 "benchmarks/$b.py" --out "$out" ${SAGE_BENCH_ARGS-} ${plot[@]+"${plot[@]}"} > "$OUT/$b$tag.log" 2>&1
     echo "$b$tag exit: $?"; cat "$OUT/$b$tag.log"
     [ -n "$sampler" ] && kill "$sampler"
   done
