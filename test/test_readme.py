@@ -70,7 +70,7 @@ def demo_command():
     return line
 
 
-def tests_command():
+def ci_test_command():
     found = CI_PATTERN.findall(README)
     assert len(found) == 1, "CI runs the first README line of this shape: there must be exactly one"
     return found[0]
@@ -90,16 +90,16 @@ def admitted_minors(spec):
 
 
 def test_setup_commands_are_single_pip_lines_that_ci_finds():
-    for line in (demo_command(), tests_command()):
+    for line in (demo_command(), ci_test_command()):
         assert line.startswith("pip install ") and "\n" not in line
-    assert tests_command().endswith("python -m pytest -q test")
-    assert "--no-build-isolation -e ." in demo_command() and "--no-build-isolation -e ." in tests_command()
+    assert ci_test_command().endswith("python -m pytest -q test")
+    assert "--no-build-isolation -e ." in demo_command() and "--no-build-isolation -e ." in ci_test_command()
 
 
 def test_every_torch_pin_is_the_same_range_as_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     [dep] = [Requirement(d) for d in project["dependencies"] if Requirement(d).name == "torch"]
-    lines = [demo_command(), tests_command(), cpu_torch_line()]
+    lines = [demo_command(), ci_test_command(), cpu_torch_line()]
     for line in lines:
         assert requirements(line)["torch"].specifier == dep.specifier, line
     assert dep.specifier == SpecifierSet(">=2.11,<2.16")  # what README's prose and the table below are about
@@ -107,7 +107,7 @@ def test_every_torch_pin_is_the_same_range_as_pyproject():
 
 def test_test_command_keeps_what_the_demo_command_installed():
     # Every requirement of command 1 is in command 2 with the same pin, so command 2 run after it changes none.
-    first, second = requirements(demo_command()), requirements(tests_command())
+    first, second = requirements(demo_command()), requirements(ci_test_command())
     for name, req in first.items():
         assert name in second and second[name].specifier == req.specifier, name
     build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
@@ -126,7 +126,7 @@ def test_the_table_covers_every_torch_the_range_admits():
 
 @pytest.mark.parametrize("torch_version", sorted(TORCH_TRITON, key=Version))
 def test_triton_pin_admits_the_triton_of_each_torch(torch_version):
-    pin = requirements(tests_command())["triton"].specifier
+    pin = requirements(ci_test_command())["triton"].specifier
     needed = SpecifierSet(TORCH_TRITON[torch_version])
     # Every triton torch accepts (its first release and later patches) must satisfy the pin, or pip replaces it.
     lowest = next(s.version for s in needed)
@@ -141,7 +141,7 @@ def test_triton_pin_admits_the_triton_of_each_torch(torch_version):
 def test_triton_pin_admits_no_triton_newer_than_the_range_needs():
     # The CPU build of torch brings no triton, so pip picks the newest the pin admits: one that no admitted
     # torch was released with is untested with this code.
-    pin = requirements(tests_command())["triton"].specifier
+    pin = requirements(ci_test_command())["triton"].specifier
     newest = max((Version(next(s.version for s in SpecifierSet(r))) for r in TORCH_TRITON.values()))
     assert Version(f"{newest.major}.{newest.minor + 1}.0") not in pin
     assert Version(f"{newest.major + 1}.0.0") not in pin
