@@ -1,5 +1,5 @@
 // The Triton kernel of sage::qk_int8_attention (gpu_triton_attention.h): tensors -> the arguments of the kernel
-// compiled at build time (torch_sage/aot_build.py) -> the launcher of triton_images.h. A kernel the build did not
+// compiled at build time (build_tools/aot_build.py) -> the launcher of triton_images.h. A kernel the build did not
 // precompile (another GPU arch, or a specialization outside the set) runs through Triton's JIT instead:
 // sage::_qk_int8_attention_triton, registered from Python (torch_sage/triton_jit_ops.py), after a one-time warning.
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -31,7 +31,7 @@ const char* triton_type(at::ScalarType t) {
   }
 }
 
-// Twin of attention_key in torch_sage/aot_build.py.
+// Twin of attention_key in build_tools/aot_build.py.
 std::string attention_key(int64_t head_dim_pad, bool causal, const char* v, const char* out, bool fast) {
   return "attn/d" + std::to_string(head_dim_pad) + "/c" + (causal ? "1" : "0") + "/v" + v + "/o" + out +
          (fast ? "/fast" : "/any");

@@ -1,4 +1,4 @@
-// Triton kernels compiled ahead of time (torch_sage/aot_build.py writes the table at build time) and their
+// Triton kernels compiled ahead of time (build_tools/aot_build.py writes the table at build time) and their
 // launcher. No ATen here: csrc/ops/gpu_triton_launch.cpp talks to the CUDA driver or the HIP module API only, so
 // it compiles on its own (test/test_aot_build.py compiles the ROCm branch with clang-19).
 #pragma once
