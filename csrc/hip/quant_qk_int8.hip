@@ -42,8 +42,9 @@ constexpr int kMaxThreads = 512;                         // 2 * Dp for Dp = 256
 constexpr int kMaxWarps = kMaxThreads / SAGE_MIN_WARP_SIZE;
 constexpr int kColsumThreads = 256;
 constexpr int kColsumTargetBlocks = 320;  // enough loads in flight for the column-sum pass
-// One round of loads of a block at Dp = 128 (16 row groups x 8 vectors): a chunk of 1024 rows took 8 rounds, each
-// waiting a memory latency, on the 40 blocks of a 1x40x1024 call, and key smoothing cost 17 us of its 89 (F19).
+// Rows of a column-sum chunk at least: one round of loads of a block at Dp = 128 (16 row groups x 8 vectors), so
+// that a call of few heads and short keys splits them into chunks of one memory latency each, not into few chunks
+// that wait one latency per round in turn (docs/FINDINGS.md).
 constexpr int kColsumMinRows = 128;
 constexpr int kMaxChunks = 16;            // bounds the partials each K block re-reads (L2)
 constexpr int kClusterUnits = 8;          // quant blocks of a head's keys in one cluster (portable cluster size)

@@ -89,8 +89,8 @@ namespace {
 enum class PvMode { kFp16, kFp8 };
 
 PvMode resolve_pv_mode(const std::string& mode) {
-  // "auto" is the accurate mode everywhere: the fast mode misses its accuracy bound (README's results), though on
-  // the H200 it is the faster one (docs/FINDINGS.md F21).
+  // "auto" is the accurate mode everywhere: it may pick only a mode that meets the accurate mode's accuracy bound,
+  // and the fast mode, faster on long calls, misses it (README's results, docs/FINDINGS.md).
   if (mode == "auto" || mode == "fp16") return PvMode::kFp16;
   if (mode == "fp8") return PvMode::kFp8;
   TORCH_CHECK(false, "sage: pv_mode must be \"auto\", \"fp16\" (accurate: P and V in float16) or \"fp8\" "

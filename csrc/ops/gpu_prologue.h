@@ -14,8 +14,8 @@ namespace sage {
 
 // Contiguous tensors of these shapes and element types carved from one allocation on like's device, sharing its
 // storage, each as aligned as an allocation of its own: a call's intermediates from one caching-allocator call
-// instead of one each, since a lone call waits on the host for all of them before its first kernel
-// (docs/FINDINGS.md F29). The shapes must outlive the call.
+// instead of one each, since a lone call waits on the host for all of them before its first kernel. The shapes
+// must outlive the call.
 struct Part {
   c10::IntArrayRef sizes;
   at::ScalarType dtype;

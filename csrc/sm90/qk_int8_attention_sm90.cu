@@ -113,8 +113,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
   OnlineSoftmax<BF16, CAUSAL, FP8> softmax{{-kInf, -kInf}, {0.0f, 0.0f}, q_scale, k_scales, a.kv_len, a.nk_pad,
                                            m0 + r0};
   // One block after the other: Q.K^T, softmax, P.V. (Issuing block n + 1's Q.K^T before block n's P.V, to run
-  // the softmax beside it, needs a second S and P register set: 224-255 registers, two CTAs an SM instead of
-  // three, and it measured slower; docs/FINDINGS.md F18.) The other CTAs on the SM fill the tensor cores meanwhile.
+  // the softmax beside it, needs a second S and P register set, more than three CTAs an SM leave a thread
+  // (kCtasPerSm), and two CTAs an SM doing so were slower; docs/FINDINGS.md.) The other CTAs on the SM fill the
+  // tensor cores meanwhile.
   for (int n = 0; n < n_blocks; ++n) {
     int32_t s_acc[kBlockN / 2];
     float pf[kBlockN / 2];

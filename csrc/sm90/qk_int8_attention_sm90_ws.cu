@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // Block n's k scales: the accurate mode loads them before waiting for the block's Q.K^T (early_scales), so that
   // their latency passes during the wgmma; the fast mode inside each branch below, where the softmax starts (loaded
-  // before the wait, or once ahead of the branches, they spill its causal D=128 instantiation). The causal fast
-  // consumers keep the float maxima (with INTEGER_MAX they spill 16 bytes).
+  // before the wait, or once ahead of the branches, they hold registers that its causal D=128 instantiation lacks).
+  // The causal fast consumers keep the float maxima, which need fewer registers there than INTEGER_MAX.
   using KScales = typename decltype(softmax)::KScales;
   const auto early_scales = [&](int n) { return FP8 ? KScales{} : softmax.load_k_scales(n); };
   const auto softmax_block = [&](int n, const int32_t (&s_acc)[N / 2], const KScales early, float (&pf)[N / 2],
