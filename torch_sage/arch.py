@@ -7,8 +7,8 @@
 - NVIDIA (CUDA torch): sm_80 and newer; older GPUs get an error.
 
 The architecture is read once per device and cached; the opt-in variable is read at every call (a change takes
-effect at the next call; a CUDA graph keeps what it captured). The C++ prologue (csrc/ops/gpu_prologue.cpp with
-csrc/ops/gpu_arch.h) applies the same rules, word for word, on ROCm builds.
+effect at the next call; a CUDA graph keeps what it captured). The C++ GPU ops apply the same rules, word for word
+(csrc/ops/gpu_arch.h, through device_arch in csrc/ops/gpu_arch.cpp).
 """
 import functools
 import os

@@ -1,5 +1,5 @@
-// What the GPU prologue ops (gpu_prologue.cpp) share with sage::attention (attention.cpp) and the sm90 fast path
-// (gpu_sm90_attention.cpp).
+// What the GPU prologue ops (gpu_prologue.cpp) share with sage::attention (attention.cpp) and its fused fast mode
+// (gpu_attention.cpp).
 #pragma once
 #include <ATen/ATen.h>
 
