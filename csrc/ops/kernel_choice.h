@@ -33,23 +33,22 @@ struct BuiltKernels {
   bool sm90, mma;
 };
 
-// Below this many keys the fast mode runs the Triton kernel on sm_90: the sm90 path measured slower there, with its
-// V transpose (F18: 256 keys 0.077 ms against the Triton kernel's 0.059, 512 keys 0.095 against 0.099) and without
-// it, the V quantized straight into V^T (F29: 256 keys 0.053 against 0.049).
+// Below this many keys the fast mode runs the Triton kernel on sm_90: there the sm90 path's fixed costs (the V
+// transpose or the V^T quantization, its longer launch) outweigh its faster steps (measured on the H100 and H200,
+// docs/FINDINGS.md).
 constexpr int64_t kMinSm90FastKeys = 512;
 
-// The warp-specialized schedule measured faster than the serial one only in the accurate mode at head_dim 128, on
-// calls of thousands of tokens (F21, three runs on the H200: 1.17-1.21x cuDNN against 1.12-1.17x at 32760 and 75600
-// tokens, 0.95-1.02x against 0.94-0.99x at 2x24x16384, 2 runs of 3 at 4608), and causal since it steps by 192 keys
-// (F45, H100: 0.986 against 1.103 ms at 1x32x8192); slower at head_dim 64, in the fast mode and at 256-1024 tokens.
+// The warp-specialized schedule is faster than the serial one only in the accurate mode at head_dim 128 on calls of
+// thousands of tokens, causal ones included (it steps by 192 keys); at head_dim 64, in the fast mode and at
+// 256-1024 tokens the serial one is faster (measured on the H100 and H200, docs/FINDINGS.md).
 constexpr int64_t kMinWsTokens = 4096;
 
 // The GPUs the mma kernel is made to be the default on.
 constexpr bool mma_target_arch(int arch) { return (arch >= 80 && arch < 90) || arch == 120 || arch == 121; }
 
-// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs. Not yet: forced on an H100 it passed the whole
-// GPU suite but ran at about half the precompiled Triton kernel's speed (docs/FINDINGS.md F46), and no card it is
-// made for has run it; SAGEATTN_SK1_MMA=1 runs it meanwhile (issue 41).
+// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs. Not yet: no card it is made for has run it, and
+// on the H100 it is slower than the precompiled Triton kernel (which runs wgmma there); SAGEATTN_SK1_MMA=1 runs it
+// meanwhile (issue 41).
 constexpr bool kMmaDefaultOn = false;
 
 constexpr bool mma_default_arch(int arch) { return kMmaDefaultOn && mma_target_arch(arch); }
