@@ -6,52 +6,14 @@
   on one. Every other AMD GPU gets an error (the HIP kernels are not compiled for it and nothing was checked there).
 - NVIDIA (CUDA torch): sm_80 and newer; older GPUs get an error.
 
-The architecture is read once per device and cached; the opt-in variable is read at every call (a change takes
-effect at the next call; a CUDA graph keeps what it captured). The C++ GPU ops apply the same rules, word for word
-(csrc/ops/gpu_arch.h, through device_arch in csrc/ops/gpu_arch.cpp).
+The architecture is read once per device and cached; the opt-in variable once per call (a change takes effect at
+the next call; a CUDA graph keeps what it captured). The rule itself is C++ only (csrc/ops/arch_rules.h): the C++
+GPU ops apply it through device_arch (csrc/ops/gpu_arch.cpp), this module through sage::_gpu_arch_refusal.
 """
 import functools
-import os
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
-
-GFX1200_OPT_IN = "SAGEATTN_SK1_GFX1200"
-AMD_DEFAULT = "gfx1201"
-AMD_OPT_IN = "gfx1200"
-NVIDIA_MIN = (8, 0)
-
-
-def amd_refusal(gcn_arch_name: str, opt_in: Optional[str]) -> Optional[str]:
-    """None when torch_sage runs on an AMD GPU whose gcnArchName is gcn_arch_name, else the error message.
-
-    opt_in is the value of SAGEATTN_SK1_GFX1200 (None when unset). The C++ twin is sage::amd_arch_refusal.
-    """
-    arch = gcn_arch_name.split(":", 1)[0].strip()
-    if arch == AMD_DEFAULT:
-        return None
-    if arch == AMD_OPT_IN:
-        if opt_in is None or opt_in in ("", "0"):
-            return ("sage: this GPU is gfx1200 (Radeon RX 9060 / 9060 XT), which torch_sage supports only as an "
-                    "opt-in: its kernels are compiled for gfx1200 but have not yet run on one. Set "
-                    "SAGEATTN_SK1_GFX1200=1 to use them, and please report the results "
-                    "(docs/GFX1200-TESTING.md).")
-        if opt_in == "1":
-            return None
-        return f'sage: SAGEATTN_SK1_GFX1200 must be "1" (use gfx1200) or "0" / unset, got "{opt_in}"'
-    if not arch:
-        return "sage: could not read this AMD GPU's architecture (gcnArchName is empty)"
-    return (f"sage: AMD GPU {arch} is not supported: torch_sage's GPU kernels are built for gfx1201 (Radeon RX "
-            f"9070 / 9070 XT) and, with SAGEATTN_SK1_GFX1200=1, gfx1200 (RX 9060 / 9060 XT). Other devices: "
-            f"use the CPU.")
-
-
-def nvidia_refusal(major: int, minor: int) -> Optional[str]:
-    """None when torch_sage runs on an NVIDIA GPU of compute capability major.minor, else the error message."""
-    if (major, minor) >= NVIDIA_MIN:
-        return None
-    return (f"sage: NVIDIA GPU sm_{major}{minor} is not supported: torch_sage's GPU kernels need sm_80 (Ampere) or "
-            f"newer. Other devices: use the CPU.")
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,11 +52,7 @@ def check_device(device) -> str:
     if device.type != "cuda":
         return device.type
     arch, is_amd, major, minor = _device_info(_index(device))
-    if is_amd:
-        msg = amd_refusal(arch, os.environ.get(GFX1200_OPT_IN))
-        arch = arch.split(":", 1)[0].strip()
-    else:
-        msg = nvidia_refusal(major, minor)
-    if msg is not None:
+    msg = torch.ops.sage._gpu_arch_refusal(is_amd, arch, major, minor)
+    if msg:
         raise RuntimeError(msg)
-    return arch
+    return device_arch(device)

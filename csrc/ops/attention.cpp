@@ -9,6 +9,7 @@
 
 #include "qk_attention_args.h"
 #include "input_checks.h"
+#include "settings.h"
 #include "prologue_outputs.h"
 #if defined(SAGE_WITH_GPU)
 #include "gpu_attention.h"
@@ -103,6 +104,7 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
                                                  c10::string_view layout_view, bool is_causal,
                                                  std::optional<double> sm_scale, bool smooth_k,
                                                  c10::string_view pv_mode, bool want_lse) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, &v, hnd, /*allow_fp32=*/true);

@@ -12,6 +12,7 @@
 
 #include "qk_attention_args.h"
 #include "input_checks.h"
+#include "settings.h"
 #include "prologue_outputs.h"
 
 namespace sage {
@@ -86,6 +87,7 @@ std::tuple<at::Tensor, at::Tensor> qk_int8_attention_cpu(const at::Tensor& q_int
                                                          const at::Tensor& v, const c10::optional<at::Tensor>& v_scale,
                                                          int64_t qo_len, c10::string_view layout, bool is_causal,
                                                          at::ScalarType out_dtype) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len,
                                                std::string(layout), is_causal, out_dtype);
   auto [out, lse] = allocate_attention_out(a);

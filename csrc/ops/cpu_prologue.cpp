@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "input_checks.h"
+#include "settings.h"
 #include "prologue_outputs.h"
 
 namespace sage {
@@ -88,6 +89,7 @@ void key_mean(const T* in, const HeadView& v, float* mean) {
 
 QuantQK quant_qk_int8_cpu(const at::Tensor& q, const at::Tensor& k, const std::string& layout, double sm_scale,
                           bool smooth_k) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
   QuantQK r = allocate_quant_qk(quant_qk_shapes(q, k, hnd, smooth_k), q.options());
@@ -112,8 +114,8 @@ QuantQK quant_qk_int8_cpu(const at::Tensor& q, const at::Tensor& k, const std::s
 }
 
 std::tuple<at::Tensor, at::Tensor> quant_v_fp8_cpu(const at::Tensor& v, const std::string& layout) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   const bool hnd = is_hnd_layout(layout);
-  check_settings();  // the SAGEATTN_SK1_* values are errors on every device
   check_input(v, "v", /*allow_fp32=*/false);
   const HeadView hv = head_view(v, hnd);
   at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));

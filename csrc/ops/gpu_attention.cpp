@@ -12,6 +12,7 @@
 #include "gpu_prologue.h"
 #include "gpu_triton_attention.h"
 #include "input_checks.h"
+#include "settings.h"
 #include "kernel_choice.h"
 #if defined(SAGE_WITH_SM90)
 #include "gpu_sm90_attention.h"
@@ -53,6 +54,7 @@ std::tuple<at::Tensor, at::Tensor> qk_int8_attention_gpu(
     const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
     const at::Tensor& v, const std::optional<at::Tensor>& v_scale, c10::SymInt qo_len_sym,
     c10::string_view layout_view, bool is_causal, at::ScalarType out_dtype) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   const std::string arch = device_arch(q_int8.device());  // a GPU torch_sage does not run on: its error first
   const int64_t qo_len = qo_len_sym.guard_int(__FILE__, __LINE__);
   const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len,
@@ -63,7 +65,7 @@ std::tuple<at::Tensor, at::Tensor> qk_int8_attention_gpu(
   auto [out, lse] = allocate_attention_out(a);
   if (lse.numel() == 0) return {out, lse};
   const AttentionKernel k =
-      choose_kernel(kernel_call(a, arch_number(q_int8.device()), a.fp8), kernel_settings(), kBuiltKernels);
+      choose_kernel(kernel_call(a, arch_number(q_int8.device()), a.fp8), call_settings().kernels, kBuiltKernels);
   if (k != AttentionKernel::kTriton) {
     AttentionParams p = attention_params(a, out, lse);
     set_given_v(p, a);
@@ -82,12 +84,12 @@ bool gpu_has_e4m3(const c10::Device& device) {
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_fused_fast_attention(
     const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
     const at::Tensor& v, int64_t qo_len, const std::string& layout, bool is_causal, at::ScalarType out_dtype) {
-  if (!v.is_cuda() || use_triton_prologue()) return std::nullopt;
+  if (!v.is_cuda() || call_settings().triton_prologue) return std::nullopt;
   // V as given (16-bit): the checks of qk_int8_attention's accurate mode, which hold for the fast one too.
   const AttentionArgs a = check_attention_args(q_int8, q_scale, k_int8, k_scale, v, std::nullopt, qo_len, layout,
                                                is_causal, out_dtype);
   const AttentionKernel k =
-      choose_kernel(kernel_call(a, arch_number(v.device()), /*fast=*/true), kernel_settings(), kBuiltKernels);
+      choose_kernel(kernel_call(a, arch_number(v.device()), /*fast=*/true), call_settings().kernels, kBuiltKernels);
   if (k == AttentionKernel::kTriton) return std::nullopt;
   // The V quantization's grid holds batch * heads_kv in y: larger calls take the unfused pair.
   if (a.batch * a.heads_k > 65535) return std::nullopt;

@@ -4,6 +4,7 @@
 
 #include "gpu_arch.h"
 #include "input_checks.h"
+#include "settings.h"
 
 namespace sage {
 
@@ -32,7 +33,7 @@ AttentionParams attention_params(const AttentionArgs& a, const at::Tensor& out, 
   p.head_dim = a.head_dim;
   p.head_dim_pad = a.q_int8.size(3);
   p.causal = a.is_causal;
-  p.overlap_launch = overlap_launches();
+  p.overlap_launch = call_settings().overlap_launches;
   return p;
 }
 

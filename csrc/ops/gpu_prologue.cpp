@@ -11,6 +11,7 @@
 
 #include "gpu_prologue.h"
 #include "input_checks.h"
+#include "settings.h"
 #include "gpu_arch.h"
 #include "prologue_outputs.h"
 #include "quant_qk_int8.h"
@@ -42,7 +43,7 @@ QuantQKParams quant_qk_params(const at::Tensor& q, const at::Tensor& k, bool hnd
   p.head_dim_pad = shapes.q_int8[3];
   p.q_mult = q_multiplier(sm_scale);
   p.smooth_k = smooth_k;
-  p.overlap_launch = overlap_launches();
+  p.overlap_launch = call_settings().overlap_launches;
   return p;
 }
 
@@ -90,11 +91,12 @@ bool triton_takes_call(int err, [[maybe_unused]] const c10::Device& device, cons
 
 QuantOut quant_qk_int8_gpu(const at::Tensor& q, const at::Tensor& k, c10::string_view layout_view, double sm_scale,
                            bool smooth_k) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   device_arch(q.device());  // a GPU torch_sage does not run on: its error first
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/false);
-  if (use_triton_prologue()) return triton_prologue(q, k, layout, sm_scale, smooth_k);
+  if (call_settings().triton_prologue) return triton_prologue(q, k, layout, sm_scale, smooth_k);
   const c10::cuda::CUDAGuard guard(q.device());
   const QuantQKShapes s = quant_qk_shapes(q, k, hnd, smooth_k);
   QuantQKParams p = quant_qk_params(q, k, hnd, sm_scale, smooth_k, s);
@@ -122,12 +124,12 @@ QuantVOut triton_quant_v(const at::Tensor& v, c10::string_view layout) {
 }
 
 QuantVOut quant_v_fp8_gpu(const at::Tensor& v, c10::string_view layout_view) {
+  const SettingsScope settings;  // settings.h: this call's one reading of the environment
   device_arch(v.device());
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
-  check_settings();
   check_input(v, "v", /*allow_fp32=*/false);
-  if (use_triton_prologue()) return triton_quant_v(v, layout);
+  if (call_settings().triton_prologue) return triton_quant_v(v, layout);
   const c10::cuda::CUDAGuard guard(v.device());
   QuantVParams p = quant_v_params(v, hnd);
   at::Tensor v_fp8 = at::empty(v.sizes(), v.options().dtype(at::kFloat8_e4m3fn));
@@ -176,7 +178,7 @@ c10::SmallVector<at::Tensor, 8> carve(const at::Tensor& like, std::initializer_l
 std::optional<QuantQK> quant_qk_int8_one_allocation(const at::Tensor& q, const at::Tensor& k, bool hnd,
                                                     double sm_scale, bool smooth_k) {
   device_arch(q.device());  // a GPU torch_sage does not run on: its error first
-  if (use_triton_prologue()) return std::nullopt;
+  if (call_settings().triton_prologue) return std::nullopt;
   const c10::cuda::CUDAGuard guard(q.device());
   const QuantQKShapes s = quant_qk_shapes(q, k, hnd, smooth_k);
   QuantQKParams p = quant_qk_params(q, k, hnd, sm_scale, smooth_k, s);
@@ -204,7 +206,7 @@ QuantVParams quant_v_params(const at::Tensor& v, bool hnd) {
   p.stride_h = hv.stride_h;
   p.stride_n = hv.stride_n;
   p.head_dim_pad = padded_head_dim(hv.dim);
-  p.overlap_launch = overlap_launches();
+  p.overlap_launch = call_settings().overlap_launches;
   return p;
 }
 

@@ -1,7 +1,5 @@
 #include "input_checks.h"
 
-#include <cstdlib>
-
 namespace sage {
 
 bool is_hnd_layout(const std::string& layout) {
@@ -30,62 +28,7 @@ void check_input(const at::Tensor& t, const char* name, bool allow_fp32) {
               " must be contiguous (stride 1), got strides ", t.strides(), "; call .contiguous() first");
 }
 
-bool use_triton_prologue() {
-  const char* env = std::getenv("SAGEATTN_SK1_PROLOGUE");
-  if (env == nullptr || *env == '\0' || std::string(env) == "hip") return false;
-  TORCH_CHECK(std::string(env) == "triton", "SAGEATTN_SK1_PROLOGUE must be \"hip\" (the default, the "
-              "hand-written kernel) or \"triton\", got \"", env, "\"");
-  return true;
-}
-
-Sm90Use sm90_use() {
-  const char* env = std::getenv("SAGEATTN_SK1_SM90");
-  const std::string value = env == nullptr ? "" : env;
-  TORCH_CHECK(value.empty() || value == "0" || value == "1" || value == "ws",
-              "sage: SAGEATTN_SK1_SM90 must be unset (the hand-written Hopper kernel on sm_90 where it is faster, "
-              "in the schedule that is faster), \"1\" (wherever it can run, serial schedule), \"ws\" (the same, "
-              "warp-specialized schedule) or \"0\" (the Triton "
-              "kernel), got \"", value, "\"");
-  if (value.empty()) return Sm90Use::kAuto;
-  return value == "1" ? Sm90Use::kForce : value == "ws" ? Sm90Use::kForceWs : Sm90Use::kOff;
-}
-
-MmaUse mma_use() {
-  const char* env = std::getenv("SAGEATTN_SK1_MMA");
-  const std::string value = env == nullptr ? "" : env;
-  TORCH_CHECK(value.empty() || value == "0" || value == "1",
-              "sage: SAGEATTN_SK1_MMA must be unset (the default kernels), \"1\" (the hand-written mma.sync kernel on "
-              "every NVIDIA GPU from sm_80 on, wherever it can run) or \"0\" (never), got \"",
-              value, "\"");
-  if (value.empty()) return MmaUse::kAuto;
-  return value == "1" ? MmaUse::kForce : MmaUse::kOff;
-}
-
-KernelSettings kernel_settings() { return KernelSettings{sm90_use(), mma_use()}; }
-
-bool overlap_launches() {
-  const char* env = std::getenv("SAGEATTN_SK1_OVERLAP");
-  const std::string value = env == nullptr ? "" : env;
-  TORCH_CHECK(value.empty() || value == "0" || value == "1",
-              "sage: SAGEATTN_SK1_OVERLAP must be \"1\" / unset (a call's GPU kernels may start while the one "
-              "before them finishes, on NVIDIA sm_90 and newer) or \"0\" (each starts after the previous one ended), "
-              "got \"", value, "\"");
-  return value != "0";
-}
-
-void check_settings() {
-  use_triton_prologue();
-  kernel_settings();
-  overlap_launches();
-  // The opt-in itself is applied where a gfx1200 is found (gpu_arch.h); its value is checked everywhere.
-  const char* gfx1200 = std::getenv("SAGEATTN_SK1_GFX1200");
-  const std::string value = gfx1200 == nullptr ? "" : gfx1200;
-  TORCH_CHECK(value.empty() || value == "0" || value == "1",
-              "sage: SAGEATTN_SK1_GFX1200 must be \"1\" (use gfx1200) or \"0\" / unset, got \"", value, "\"");
-}
-
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor* v, bool hnd, bool allow_fp32) {
-  check_settings();
   check_input(q, "q", allow_fp32);
   check_input(k, "k", allow_fp32);
   if (v) check_input(*v, "v", allow_fp32);

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "input_checks.h"
+#include "settings.h"
 #include "kernel_choice.h"
 
 namespace sage {
@@ -14,7 +14,7 @@ namespace {
 std::string attention_kernel_choice(int64_t arch, bool fast, int64_t head_dim_pad, int64_t qo_len,
                                     int64_t kv_len, bool sm90_built, bool mma_built) {
   const KernelCall call{static_cast<int>(arch), fast, head_dim_pad, qo_len, kv_len};
-  return kernel_name(choose_kernel(call, kernel_settings(), BuiltKernels{sm90_built, mma_built}));
+  return kernel_name(choose_kernel(call, call_settings().kernels, BuiltKernels{sm90_built, mma_built}));
 }
 
 }  // namespace

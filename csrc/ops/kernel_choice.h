@@ -6,17 +6,17 @@
 
 namespace sage {
 
-// SAGEATTN_SK1_SM90 (input_checks.h sm90_use reads it): the hand-written Hopper kernel where it is faster (kAuto),
+// SAGEATTN_SK1_SM90 (parsed in settings.cpp): the hand-written Hopper kernel where it is faster (kAuto),
 // wherever it can run in the serial (kForce) or warp-specialized (kForceWs) schedule, or never (kOff).
 enum class Sm90Use { kOff, kAuto, kForce, kForceWs };
-// SAGEATTN_SK1_MMA (input_checks.h mma_use): the hand-written mma.sync kernel on the GPUs it is made for, sm_80 to
+// SAGEATTN_SK1_MMA (parsed in settings.cpp): the hand-written mma.sync kernel on the GPUs it is made for, sm_80 to
 // sm_89 and sm_120/121 (kAuto, once kMmaDefaultOn), on every NVIDIA GPU from sm_80 on, sm_90 included (kForce, for
 // tests and benchmarks on the H100), or never (kOff).
 enum class MmaUse { kOff, kAuto, kForce };
 
 struct KernelSettings {
-  Sm90Use sm90;
-  MmaUse mma;
+  Sm90Use sm90 = Sm90Use::kAuto;
+  MmaUse mma = MmaUse::kAuto;
 };
 
 enum class AttentionKernel { kTriton, kSm90Serial, kSm90Ws, kMma };
