@@ -10,9 +10,9 @@ arguments it passes, and launches it; kernels not listed here run through Triton
 
 The kernel set is every specialization the dispatcher can ask for: the attention kernel for padded head_dim
 64/128/256, causal or not, each (V, out) dtype pair sage::attention produces, in two variants ("fast": head_dim
-equal to its padded size with 16-byte aligned V/out rows; "any": everything else). Keys are built by
-``attention_key`` here and by its C++ twin in csrc/ops/gpu_triton_kernels.cpp. (The quantization kernels of the
-default path are hand-written, csrc/hip.)
+equal to its padded size with 16-byte aligned V/out rows; "any": everything else). An image's key is
+``ATTENTION_KEY`` filled in; the table carries that template, so the launcher fills in the same one for a call
+(csrc/ops/gpu_triton_kernels.cpp). (The quantization kernels of the default path are hand-written, csrc/hip.)
 """
 import concurrent.futures
 import hashlib
@@ -67,8 +67,14 @@ _ATTN_ALIGNED = ("Q", "QS", "K", "KS", "VS", "O", "LSE", "nq_pad", "nk_pad")
 # ... and those that are so only in the "fast" variant (the launcher checks them; head_dim is the padded size).
 _ATTN_FAST_ALIGNED = ("V", "stride_vb", "stride_vh", "stride_vn", "stride_ob", "stride_oh", "stride_on", "head_dim")
 
+# What an attention image computes. The one definition of the key's format: written into the generated table as
+# kAttentionKeyTemplate, whose fields the C++ launcher fills (triton_images.h fill_template) with the same names.
+ATTENTION_KEY = "attn/d{head_dim_pad}/c{causal}/v{v}/o{out}/{variant}"
+
+
 def attention_key(head_dim_pad: int, causal: bool, v: str, out: str, fast: bool) -> str:
-    return f"attn/d{head_dim_pad}/c{int(causal)}/v{v}/o{out}/{'fast' if fast else 'any'}"
+    return ATTENTION_KEY.format(head_dim_pad=head_dim_pad, causal=int(causal), v=v, out=out,
+                                variant="fast" if fast else "any")
 
 
 class Spec(NamedTuple):
@@ -221,6 +227,7 @@ namespace sage {{
 namespace aot {{
 
 const char kTritonVersion[] = {_c_string(triton.__version__)};
+const char kAttentionKeyTemplate[] = {_c_string(ATTENTION_KEY)};
 const Image kImages[] = {{
 {chr(10).join(rows) if rows else '    {"", "", "", "", 0, 0, 0, 0, 0, 0, 0, 0},'}
 }};

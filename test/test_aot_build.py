@@ -253,6 +253,43 @@ def test_generated_table_embeds_every_image(compiled, tmp_path):
         assert arch == "sm_90" and int(size) == len(image) and int(digest) == expect, spec.key
 
 
+def test_launcher_fills_the_tables_key_template(compiled, tmp_path):
+    """The C++ launcher's key for a call (fill_template over the generated kAttentionKeyTemplate, as
+    gpu_triton_kernels.cpp attention_key does) is aot_build's key of that image, for every image of the set; a
+    template naming a field the launcher does not fill gives "" (an error there), not a key that finds nothing."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    aot_build = _aot_build()
+    _, out = compiled
+    combos = [(dp, causal, v, o, fast) for dp in (64, 128, 256) for v, o in aot_build.ATTENTION_DTYPES
+              for causal in (False, True) for fast in (False, True)]
+    calls = "".join(
+        f'  show({dp}, {str(causal).lower()}, "{v}", "{o}", {str(fast).lower()});\n' for dp, causal, v, o, fast in combos)
+    main = tmp_path / "keys.cpp"
+    main.write_text(textwrap.dedent("""
+        #include <cstdio>
+        #include "triton_images.h"
+        static void show(int dp, bool causal, const char* v, const char* o, bool fast) {
+          const std::string key = sage::aot::fill_template(sage::aot::kAttentionKeyTemplate,
+              {{"head_dim_pad", std::to_string(dp)}, {"causal", causal ? "1" : "0"}, {"v", v}, {"out", o},
+               {"variant", fast ? "fast" : "any"}});
+          std::printf("%s\\n", key.c_str());
+        }
+        int main() {
+          std::printf("[%s]\\n", sage::aot::fill_template("a/{x}/{y}", {{"x", "1"}}).c_str());
+          std::printf("[%s]\\n", sage::aot::fill_template("a/{x", {{"x", "1"}}).c_str());
+    """) + calls + "}\n")
+    exe = tmp_path / "keys"
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc' / 'ops'}", str(main), str(out / "aot_images.cpp"),
+                    "-o", str(exe)], check=True, capture_output=True)
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines[:2] == ["[]", "[]"]
+    assert lines[2:] == [aot_build.attention_key(*c) for c in combos]
+    keys = {spec.key for spec, _, _ in compiled[0]["sm_90"]}
+    assert set(lines[2:]) == keys
+
+
 # ------------------------------------------------------------------------------------------------------ GPU
 
 

@@ -31,10 +31,16 @@ const char* triton_type(at::ScalarType t) {
   }
 }
 
-// Twin of attention_key in build_tools/aot_build.py.
+// The image key of a call: the table's template (aot_build.py ATTENTION_KEY) with the call's values.
 std::string attention_key(int64_t head_dim_pad, bool causal, const char* v, const char* out, bool fast) {
-  return "attn/d" + std::to_string(head_dim_pad) + "/c" + (causal ? "1" : "0") + "/v" + v + "/o" + out +
-         (fast ? "/fast" : "/any");
+  const std::string key = aot::fill_template(aot::kAttentionKeyTemplate, {{"head_dim_pad", std::to_string(head_dim_pad)},
+                                                                           {"causal", causal ? "1" : "0"},
+                                                                           {"v", v},
+                                                                           {"out", out},
+                                                                           {"variant", fast ? "fast" : "any"}});
+  TORCH_CHECK(!key.empty(), "sage: the precompiled-image table's key template \"", aot::kAttentionKeyTemplate,
+              "\" names a field this launcher does not fill: rebuild torch_sage");
+  return key;
 }
 
 void warn_jit(const std::string& arch, const std::string& key) {

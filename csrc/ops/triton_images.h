@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sage {
 namespace aot {
@@ -23,9 +25,39 @@ struct Image {
 
 // The generated table (build/aot/aot_images.cpp).
 extern const char kTritonVersion[];
+// aot_build.py's ATTENTION_KEY, e.g. "attn/d{head_dim_pad}/c{causal}/v{v}/o{out}/{variant}".
+extern const char kAttentionKeyTemplate[];
 extern const Image kImages[];
 extern const size_t kNumImages;
 const unsigned char* image_blob();
+
+// tmpl with each "{name}" replaced by the value of that name in fields; "" when it names a field fields lacks
+// (or a brace is unmatched): the template and its filler have drifted apart.
+inline std::string fill_template(const std::string& tmpl,
+                                 const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] == '}') return "";
+    if (tmpl[i] != '{') {
+      out += tmpl[i];
+      continue;
+    }
+    const size_t end = tmpl.find('}', i);
+    if (end == std::string::npos) return "";
+    const std::string name = tmpl.substr(i + 1, end - i - 1);
+    bool found = false;
+    for (const auto& field : fields) {
+      if (field.first == name) {
+        out += field.second;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return "";
+    i = end;
+  }
+  return out;
+}
 
 // The image of key for a GPU of arch ("sm_86", "gfx1201"): built for that arch, else (NVIDIA) for the nearest
 // lower arch of the same major version, whose code runs there. nullptr when the build has none.
