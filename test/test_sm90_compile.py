@@ -11,8 +11,9 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SRC = ROOT / "csrc" / "sm90" / "qk_int8_attention_sm90.cu"  # the serial kernel and the host side
+SRC = ROOT / "csrc" / "sm90" / "qk_int8_attention_sm90.cu"  # the serial kernel
 WS_SRC = ROOT / "csrc" / "sm90" / "qk_int8_attention_sm90_ws.cu"  # the warp-specialized kernel
+LAUNCH_SRC = ROOT / "csrc" / "sm90" / "launch.cu"  # the host side of both, and the V transpose
 
 
 def _nvcc():
@@ -39,7 +40,7 @@ def compiled(tmp_path_factory):
         pytest.skip("no nvcc")
     folder = tmp_path_factory.mktemp("sm90")
     objs, log = [], ""
-    for src in (SRC, WS_SRC):
+    for src in (SRC, WS_SRC, LAUNCH_SRC):
         obj = folder / (src.stem + ".o")
         res = subprocess.run([nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v",
                               "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
@@ -78,7 +79,7 @@ def test_sass_is_on_the_hopper_paths(compiled):
     if cuobjdump is None:
         pytest.skip("no cuobjdump")
     serial, ws = (subprocess.run([cuobjdump, "-sass", str(o)], capture_output=True, text=True, check=True).stdout
-                  for o in objs)
+                  for o in objs[:2])
     sass = serial + ws
     ops = set(re.findall(r"\b(IGMMA\.64x(?:128|192)x32\.S8\.S8|HGMMA\.64x(?:64|128)x16\.F32(?:\.BF16)?|"
                          r"QGMMA\.64x(?:64|72|128|136)x32\.F32\.E4M3\.E4M3|UTMALDG\.[34]D)\b", sass))
@@ -151,7 +152,7 @@ def _run_host_program(tmp_path, source, *args):
 def test_host_side_takes_and_refuses_calls(tmp_path):
     """qk_attention_unsupported / qk_attention_workspace_bytes are plain host code: run them without a GPU."""
     lines = _run_host_program(tmp_path, _HOST_PROGRAM, "-gencode=arch=compute_90a,code=sm_90a", f"-I{SRC.parent}",
-                              str(SRC), str(WS_SRC)).splitlines()
+                              str(SRC), str(WS_SRC), str(LAUNCH_SRC)).splitlines()
     assert lines == ["ok|0", "padded head_dim is not 64 or 128|0", "head_dim is not a multiple of 8|0", "ok|0",
                      "v's strides are not TMA strides|0",
                      "v is not 16-byte aligned|0", "no keys or no queries|0", "fast mode buffers|98304",

@@ -7,6 +7,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <functional>
+#include <optional>
+
 #include "gpu_arch.h"
 #include "gpu_attention_params.h"
 #include "gpu_prologue.h"
@@ -24,30 +27,20 @@
 namespace sage {
 namespace {
 
-bool is_sm90(AttentionKernel k) { return k == AttentionKernel::kSm90Serial || k == AttentionKernel::kSm90Ws; }
-
-// Why the chosen hand-written kernel cannot take p (nullptr when it can, or for the Triton kernel).
-const char* refusal(AttentionKernel k, const AttentionParams& p) {
+// The launch of the chosen hand-written kernel on p, everything that can refuse the call done; nullopt, having
+// launched nothing, when it does not take it (or for the Triton kernel).
+std::optional<std::function<void()>> prepare_hand_written(AttentionKernel k, const AttentionParams& p,
+                                                          const at::Tensor& like) {
 #if defined(SAGE_WITH_SM90)
-  if (is_sm90(k)) return sm90_refusal(p, k == AttentionKernel::kSm90Ws);
+  if (k == AttentionKernel::kSm90Serial || k == AttentionKernel::kSm90Ws) {
+    return prepare_sm90_attention(p, k == AttentionKernel::kSm90Ws, like);
+  }
 #endif
 #if defined(SAGE_WITH_MMA)
-  if (k == AttentionKernel::kMma) return mma_refusal(p);
-#endif
-  (void)p;
-  return is_sm90(k) || k == AttentionKernel::kMma ? "not built" : nullptr;
-}
-
-// Launches the chosen hand-written kernel on p; false, having launched nothing, when it does not run it.
-bool run_hand_written(AttentionKernel k, const AttentionParams& p, const at::Tensor& like) {
-#if defined(SAGE_WITH_SM90)
-  if (is_sm90(k)) return run_sm90_attention(p, k == AttentionKernel::kSm90Ws, like);
-#endif
-#if defined(SAGE_WITH_MMA)
-  if (k == AttentionKernel::kMma) return run_mma_attention(p, like);
+  if (k == AttentionKernel::kMma) return prepare_mma_attention(p, like);
 #endif
   (void)k, (void)p, (void)like;
-  return false;
+  return std::nullopt;
 }
 
 std::tuple<at::Tensor, at::Tensor> qk_int8_attention_gpu(
@@ -69,7 +62,10 @@ std::tuple<at::Tensor, at::Tensor> qk_int8_attention_gpu(
   if (k != AttentionKernel::kTriton) {
     AttentionParams p = attention_params(a, out, lse);
     set_given_v(p, a);
-    if (run_hand_written(k, p, v)) return {out, lse};
+    if (const auto launch = prepare_hand_written(k, p, v)) {
+      (*launch)();
+      return {out, lse};
+    }
   }
   return triton_attention(a, out, lse, arch);
 }
@@ -105,13 +101,15 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_fused_fast_attention(
   p.v = parts[2].const_data_ptr();
   p.v_type = VType::kFloat8Vt;
   p.v_scale = parts[0].const_data_ptr<float>();
-  if (refusal(k, p) != nullptr) return std::nullopt;
+  // Everything that can refuse the call before anything runs: the V quantization below is not wasted.
+  const auto launch = prepare_hand_written(k, p, v);
+  if (!launch) return std::nullopt;
   quant.v_scale = parts[0].data_ptr<float>();
   quant.workspace = workspace_bytes > 0 ? parts[1].data_ptr() : nullptr;
   quant.v_t = static_cast<uint8_t*>(parts[2].data_ptr());
   const int err = launch_quant_v_fp8(quant, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == 0, "sage::attention: the V quantization failed to launch (CUDA error ", err, ")");
-  if (!run_hand_written(k, p, v)) return std::nullopt;
+  (*launch)();
   return std::make_tuple(out, lse);
 }
 

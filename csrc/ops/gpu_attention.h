@@ -16,8 +16,7 @@ bool gpu_has_e4m3(const c10::Device& device);
 // it: the V quantization writes that kernel's V^T itself (no v_fp8, no transpose), then the kernel runs. The same
 // bytes as sage::quant_v_fp8 followed by sage::qk_int8_attention. Returns (out, lse), or nullopt, having launched
 // nothing, where that pair should run instead (not a GPU, SAGEATTN_SK1_PROLOGUE=triton, the Triton kernel chosen or
-// the chosen kernel refusing the call; after the V quantization only when the sm90 kernel cannot encode its tensor
-// maps).
+// the chosen kernel refusing the call, its tensor maps included).
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_fused_fast_attention(
     const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8, const at::Tensor& k_scale,
     const at::Tensor& v, int64_t qo_len, const std::string& layout, bool is_causal, at::ScalarType out_dtype);

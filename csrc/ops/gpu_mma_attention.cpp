@@ -11,16 +11,15 @@
 
 namespace sage {
 
-const char* mma_refusal(const AttentionParams& p) { return mma::qk_attention_unsupported(p); }
-
-bool run_mma_attention(const AttentionParams& p_in, const at::Tensor& like) {
+std::optional<std::function<void()>> prepare_mma_attention(const AttentionParams& p_in, const at::Tensor& like) {
   AttentionParams p = p_in;
   // Before the check, which asks for it.
-  const at::Tensor workspace = attach_workspace(p, mma::qk_attention_workspace_bytes(p), like);
-  if (mma::qk_attention_unsupported(p) != nullptr) return false;
-  const int err = mma::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == 0, "sage::qk_int8_attention: the mma kernel failed to launch (CUDA error ", err, ")");
-  return true;
+  at::Tensor workspace = attach_workspace(p, mma::qk_attention_workspace_bytes(p), like);
+  if (mma::qk_attention_unsupported(p) != nullptr) return std::nullopt;
+  return [p, workspace = std::move(workspace)] {
+    const int err = mma::launch_qk_int8_attention(p, c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == 0, "sage::qk_int8_attention: the mma kernel failed to launch (CUDA error ", err, ")");
+  };
 }
 
 }  // namespace sage

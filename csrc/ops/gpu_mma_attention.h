@@ -5,16 +5,17 @@
 #if defined(SAGE_WITH_MMA)
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <optional>
+
 #include "../common/attention_params.h"
 
 namespace sage {
 
-// Why the kernel cannot take p (nullptr when it can): see csrc/mma/qk_int8_attention_mma.h.
-const char* mma_refusal(const AttentionParams& p);
-
-// Runs the kernel on p (a given fp8 V through its V transpose, into a workspace allocated on like's device); false,
-// having launched nothing, when it refuses p.
-bool run_mma_attention(const AttentionParams& p, const at::Tensor& like);
+// The launch of the kernel on p (a given fp8 V through its V transpose, into a workspace allocated on like's
+// device) once its checks passed (csrc/mma/qk_int8_attention_mma.h); nullopt, having launched nothing, when it
+// refuses p.
+std::optional<std::function<void()>> prepare_mma_attention(const AttentionParams& p, const at::Tensor& like);
 
 }  // namespace sage
 #endif  // SAGE_WITH_MMA

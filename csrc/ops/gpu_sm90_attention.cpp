@@ -8,34 +8,25 @@
 #include "gpu_attention_params.h"
 
 namespace sage {
-namespace {
 
-sm90::QKAttentionParams with_schedule(const AttentionParams& p, bool warp_specialized) {
+std::optional<std::function<void()>> prepare_sm90_attention(const AttentionParams& p, bool warp_specialized,
+                                                            const at::Tensor& like) {
   sm90::QKAttentionParams s{};
   static_cast<AttentionParams&>(s) = p;
   s.schedule = warp_specialized ? sm90::Schedule::kWarpSpecialized : sm90::Schedule::kSerial;
-  return s;
-}
-
-}  // namespace
-
-const char* sm90_refusal(const AttentionParams& p, bool warp_specialized) {
-  return sm90::qk_attention_unsupported(with_schedule(p, warp_specialized));
-}
-
-bool run_sm90_attention(const AttentionParams& p, bool warp_specialized, const at::Tensor& like) {
-  sm90::QKAttentionParams s = with_schedule(p, warp_specialized);
   // Before the check, which asks for it.
-  const at::Tensor workspace = attach_workspace(s, sm90::qk_attention_workspace_bytes(s), like);
-  if (sm90::qk_attention_unsupported(s) != nullptr) return false;
-  const int err = sm90::launch_qk_int8_attention(s, c10::cuda::getCurrentCUDAStream().stream());
-  if (err == sm90::kNoTensorMap) {
+  at::Tensor workspace = attach_workspace(s, sm90::qk_attention_workspace_bytes(s), like);
+  if (sm90::qk_attention_unsupported(s) != nullptr) return std::nullopt;
+  sm90::TensorMaps maps;
+  if (!sm90::encode_tensor_maps(s, &maps)) {
     TORCH_WARN_ONCE("sage: the sm90 kernel could not encode its TMA tensor maps (driver too old?); using the "
                     "default kernels");
-    return false;
+    return std::nullopt;
   }
-  TORCH_CHECK(err == 0, "sage::qk_int8_attention: the sm90 kernel failed to launch (CUDA error ", err, ")");
-  return true;
+  return [s, maps, workspace = std::move(workspace)] {
+    const int err = sm90::launch_qk_int8_attention(s, maps, c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == 0, "sage::qk_int8_attention: the sm90 kernel failed to launch (CUDA error ", err, ")");
+  };
 }
 
 }  // namespace sage

@@ -5,16 +5,18 @@
 #if defined(SAGE_WITH_SM90)
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <optional>
+
 #include "../common/attention_params.h"
 
 namespace sage {
 
-// Why the kernel cannot take p in that schedule (nullptr when it can).
-const char* sm90_refusal(const AttentionParams& p, bool warp_specialized);
-
-// Runs the kernel on p (a given fp8 V through its V transpose, into a workspace allocated on like's device).
-// False, having launched nothing, when it refuses p or cannot encode its TMA maps (warned once).
-bool run_sm90_attention(const AttentionParams& p, bool warp_specialized, const at::Tensor& like);
+// The launch of the kernel on p in that schedule (a given fp8 V through its V transpose, into a workspace allocated
+// on like's device), with everything that can refuse the call done first: the kernel's checks and its TMA tensor
+// maps. nullopt, having launched nothing, when it refuses p or the maps cannot be encoded (warned once).
+std::optional<std::function<void()>> prepare_sm90_attention(const AttentionParams& p, bool warp_specialized,
+                                                            const at::Tensor& like);
 
 }  // namespace sage
 #endif  // SAGE_WITH_SM90

@@ -27,7 +27,10 @@ namespace sage {
 namespace sm90 {
 namespace detail {
 
-// Launches the warp-specialized kernel (qk_int8_attention_sm90_ws.cu) on maps made by launch_qk_int8_attention.
+// The two schedules' launches (qk_int8_attention_sm90.cu, qk_int8_attention_sm90_ws.cu) on the maps of
+// encode_tensor_maps; launch_qk_int8_attention (launch.cu) calls the one p.schedule names.
+int launch_serial(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                  const CUtensorMap& v_map, cudaStream_t stream);
 int launch_warp_specialized(const QKAttentionParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                             const CUtensorMap& v_map, cudaStream_t stream);
 

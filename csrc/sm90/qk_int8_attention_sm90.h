@@ -5,6 +5,8 @@
 // csrc/ops/gpu_sm90_attention.cpp fills the params from tensors. Numeric contract: docs/SEMANTICS.md "Attention
 // kernel" (the same as the CPU and Triton kernels, up to the order of float32 sums).
 #pragma once
+#include <cuda.h>  // CUtensorMap
+
 #include <cstdint>
 
 #include "../common/attention_params.h"
@@ -35,11 +37,19 @@ int64_t qk_attention_workspace_bytes(const QKAttentionParams& p);
 // address. The caller then uses another kernel.
 const char* qk_attention_unsupported(const QKAttentionParams& p);
 
-// launch_qk_int8_attention's result when a TMA tensor map could not be encoded (nothing was launched).
-constexpr int kNoTensorMap = -1;
+// The kernel's TMA descriptors for one call.
+struct TensorMaps {
+  CUtensorMap q, k, v;
+};
 
-// 0 on success, kNoTensorMap, or the CUDA runtime's error code.
-int launch_qk_int8_attention(const QKAttentionParams& p, void* stream);
+// Encodes the tensor maps of params the kernel takes, launching nothing: a map records addresses, so the buffers may
+// be written later (the V^T of the fused fast mode, the transpose of a given v_fp8). False when the driver cannot
+// encode them (too old): the caller then uses another kernel.
+bool encode_tensor_maps(const QKAttentionParams& p, TensorMaps* maps);
+
+// Launches the kernel on p with its maps (for a given fp8 V, its transpose into the workspace first): 0 or the CUDA
+// runtime's error code.
+int launch_qk_int8_attention(const QKAttentionParams& p, const TensorMaps& maps, void* stream);
 
 }  // namespace sm90
 }  // namespace sage
