@@ -224,9 +224,7 @@ def test_no_heads_give_an_empty_result_like_no_batch(layout, dtype):
         assert lse.shape == (b, h, 24) and lse.dtype == torch.float32
         res, res_lse = torch_sage.sageattn(q, k, v, layout, return_lse=True)
         assert res.shape == q.shape and res_lse.shape == (b, h, 24)
-        if q.device.type == "cpu":  # torch's CUDA SDPA dies (SIGFPE) on empty inputs: torch 2.11, H100 (F49)
-            hnd = [t if layout == "HND" else t.transpose(1, 2) for t in (q, k, v)]
-            assert F.scaled_dot_product_attention(*hnd).shape == tuple(hnd[0].shape)  # what SDPA gives, too
+        # SDPA gives the same shape; it is not called here: torch 2.11's dies (SIGFPE) on empty inputs (F49).
 
 
 def test_no_heads_still_check_everything_else():
@@ -254,7 +252,7 @@ def test_no_heads_still_check_everything_else():
 
 def test_no_heads_under_sdpa_mode_and_compile():
     q, k, v = qkv(hq=0, hk=0)
-    # Routed, these calls never reach torch's own CUDA SDPA, which dies (SIGFPE) on empty inputs (torch 2.11, F49).
+    # Routed, these calls never reach torch's own SDPA, which in torch 2.11 dies (SIGFPE) on empty inputs (F49).
     with torch_sage.sdpa_mode() as mode:
         out = F.scaled_dot_product_attention(q, k, v)
         compiled = torch.compile(F.scaled_dot_product_attention, fullgraph=True, backend="eager")(q, k, v)
