@@ -21,6 +21,7 @@
 #include "../hip/vt_layout.h"
 #include "ptx.h"
 #include "qk_int8_attention_sm90.h"
+#include "traits.h"
 #include "wgmma.h"
 
 namespace sage {
@@ -37,35 +38,6 @@ int launch_warp_specialized(const QKAttentionParams& p, const CUtensorMap& q_map
 }  // namespace detail
 
 namespace {
-
-constexpr int kRows = 64;     // query rows of one warpgroup: one wgmma M
-constexpr int kBlockN = 128;  // keys per iteration: two k-scale blocks
-static_assert(kBlockQ % (2 * kRows) == 0, "a CTA of one or two warpgroups shares one q scale");
-static_assert(kBlockN == 2 * kBlockK, "two k scales per key block");
-static_assert(kBlockN == vt::kBlockTokens, "V^T rows hold whole key blocks");
-
-// Keys a softmax step takes: kBlockN, but 192 (three k-scale blocks) in the warp-specialized accurate mode (the
-// default's long calls at head_dim 128), whose consumers have the registers for it: its per-block work (turn, waits,
-// rescale of O, the maxima's shuffles) spread over 1.5 times the keys. The fast mode's consumers hold a second
-// accumulator and keep 128. The host sizes the K and V boxes by it.
-constexpr int keys_per_step(bool warp_specialized, bool fp8) {
-  return warp_specialized && !fp8 ? 3 * kBlockK : kBlockN;
-}
-
-// Shared-memory bytes of one tile of N keys. V: V^T e4m3 [D][N] in one box (K-major for the fp8 wgmma), or 16-bit V
-// as D / 64 boxes [N][64] (128-byte swizzled rows).
-template <int D, bool FP8, int N = kBlockN>
-struct Tiles {
-  static_assert(N % kBlockK == 0 && (!FP8 || N == vt::kBlockTokens), "whole k-scale blocks; V^T's key blocks");
-  static constexpr int kQBytes = kRows * D;  // int8, one warpgroup's rows
-  static constexpr int kKBytes = N * D;
-  static constexpr int kVBytes = N * D * (FP8 ? 1 : 2);
-  static constexpr int kVBoxBytes = FP8 ? kVBytes : N * 64 * 2;
-  // A V stage: the fast mode's V^T is followed by its 1 KB ones group (tensor_sum_rows).
-  static constexpr int kVStageBytes = kVBytes + (FP8 ? 1024 : 0);
-  static constexpr int kAlign = 1024;  // the 128B swizzle pattern repeats every 1024 bytes (aligned_smem)
-  static_assert(kQBytes % kAlign == 0 && kKBytes % kAlign == 0 && kVBoxBytes % kAlign == 0, "aligned tiles");
-};
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -21,44 +21,6 @@ namespace sage {
 namespace sm90 {
 namespace {
 
-constexpr int kThreads = 128;  // one warpgroup
-constexpr int kStages = 2;     // K tiles in flight
-
-// Q, a K ring of kStages and a V ring of kVStages (accurate mode: after 1024 bytes of barriers). 16-bit V at head_dim
-// 128 has one stage: 74 KiB a CTA, so that three CTAs share an SM (two stages: 106 KiB, two).
-// Fast mode: each V^T stage is followed by a 1 KB group of 8 more rows (tensor_sum_rows), and the barriers live in
-// the first group's unread rows (row 1), so that three D=128 CTAs still share an SM.
-template <int D, bool FP8>
-struct Smem {
-  using T = Tiles<D, FP8>;
-  static constexpr int kVStages = !FP8 && D == 128 ? 1 : kStages;
-  static constexpr int kQ = FP8 ? 0 : T::kAlign;  // accurate mode: barriers in the first 1024 bytes
-  static constexpr int kK = kQ + T::kQBytes;
-  static constexpr int kV = kK + kStages * T::kKBytes;
-  static constexpr int kBars = FP8 ? kV + T::kVBytes + 128 : 0;
-  static constexpr int kBytes = kV + kVStages * T::kVStageBytes;
-  static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
-};
-
-struct Barriers {
-  static constexpr int kStages = sm90::kStages, kReleases = 0;  // no "empty" barriers: __syncthreads frees a stage
-  uint64_t q_full;
-  uint64_t k_full[kStages];
-  uint64_t v_full[kStages];
-};
-
-// CTAs an SM that the register budget is held to (168 registers a thread for three, 128 for four); shared memory
-// allows as many (Smem).
-template <int D>
-constexpr int kCtasPerSm = D == 64 ? 4 : 3;
-
-// An sm_90 SM has 228 KiB of shared memory, and each CTA costs its dynamic bytes and 1 KiB the runtime reserves.
-template <int D, bool FP8>
-constexpr bool kFitsCtasPerSm = kCtasPerSm<D> * (Smem<D, FP8>::kAllocBytes + 1024) <= 228 * 1024;
-static_assert(kFitsCtasPerSm<64, false> && kFitsCtasPerSm<64, true> && kFitsCtasPerSm<128, false> &&
-                  kFitsCtasPerSm<128, true>,
-              "shared memory for kCtasPerSm CTAs an SM");
-
 template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<D>)
     qk_int8_attention_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,

@@ -17,43 +17,6 @@ namespace sage {
 namespace sm90 {
 namespace {
 
-constexpr int kConsumers = 2;                       // consumer warpgroups, kRows query rows each
-constexpr int kWarpgroup = 128;
-constexpr int kWsThreads = kWarpgroup * (1 + kConsumers);
-constexpr int kWsRows = kConsumers * kRows;         // query rows of a CTA: one q-scale block
-constexpr int kWsStages = 2;                        // K and V tiles in flight
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-static_assert(kProducerRegs * kWarpgroup + kConsumerRegs * kWarpgroup * kConsumers <= 65536, "register file");
-static_assert(kWsRows == kBlockQ, "a CTA's rows share one q scale");
-constexpr int kTurnBarrier = 1;                     // named barrier 1 + w: consumer w's turn on the tensor cores
-constexpr int kTurnThreads = 2 * kWarpgroup;        // the one whose turn it is (sync) and the one before it (arrive)
-constexpr int kReleases = kConsumers * kWarpgroup / 32;  // one arrival a consumer warp frees a stage
-
-// Keys a key block: 192 in the accurate mode, 128 in the fast mode.
-template <bool FP8>
-constexpr int kWsKeys = keys_per_step(true, FP8);
-
-// Q (one tile a consumer), then the K and V rings, after 1024 bytes of barriers. Fast mode: each V^T stage is
-// followed by a 1 KB group of 8 more rows (tensor_sum_rows).
-template <int D, bool FP8>
-struct WsSmem {
-  using T = Tiles<D, FP8, kWsKeys<FP8>>;
-  static constexpr int kQ = T::kAlign;
-  static constexpr int kK = kQ + kConsumers * T::kQBytes;
-  static constexpr int kV = kK + kWsStages * T::kKBytes;
-  static constexpr int kBytes = kV + kWsStages * T::kVStageBytes;
-  static constexpr int kAllocBytes = kBytes + T::kAlign;  // slack to align the dynamic base
-  static_assert(kAllocBytes <= 227 * 1024, "one CTA's shared memory");
-};
-
-struct WsBarriers {
-  static constexpr int kStages = kWsStages, kReleases = sm90::kReleases;
-  uint64_t q_full;
-  uint64_t k_full[kWsStages], k_empty[kWsStages];
-  uint64_t v_full[kWsStages], v_empty[kWsStages];
-};
-static_assert(sizeof(WsBarriers) <= 1024, "barriers fit before Q");
-
 template <int D, bool BF16, typename Out, bool CAUSAL, bool FP8>
 __global__ void __launch_bounds__(kWsThreads, 1)
     qk_int8_attention_ws_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
