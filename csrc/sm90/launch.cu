@@ -8,6 +8,12 @@ namespace sage {
 namespace sm90 {
 namespace {
 
+static_assert(sizeof(CUtensorMap) == sizeof(TensorMaps::q) && alignof(TensorMaps) % alignof(CUtensorMap) == 0,
+              "TensorMaps holds CUtensorMaps");
+
+CUtensorMap* as_map(unsigned char* bytes) { return reinterpret_cast<CUtensorMap*>(bytes); }
+const CUtensorMap& as_map(const unsigned char* bytes) { return *reinterpret_cast<const CUtensorMap*>(bytes); }
+
 using EncodeTiled = decltype(&cuTensorMapEncodeTiled);
 
 EncodeTiled encode_tiled() {
@@ -75,18 +81,18 @@ bool encode_tensor_maps(const QKAttentionParams& p, TensorMaps* maps) {
   const CUtensorMapSwizzle qk_swizzle = d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const bool fp8 = p.v_type == VType::kFloat8 || p.v_type == VType::kFloat8Vt;
   const uint32_t keys = keys_per_step(p.schedule == Schedule::kWarpSpecialized, fp8);  // K, V box rows
-  CUtensorMap &q_map = maps->q, &k_map = maps->k, &v_map = maps->v;
+  CUtensorMap *q_map = as_map(maps->q), *k_map = as_map(maps->k), *v_map = as_map(maps->v);
   {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nq_pad), static_cast<uint64_t>(p.batch * p.heads_q)};
     const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nq_pad)};
     const uint32_t box[3] = {static_cast<uint32_t>(d), kRows, 1};
-    if (!make_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.q, dims, strides, box, qk_swizzle)) return false;
+    if (!make_map(q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.q, dims, strides, box, qk_swizzle)) return false;
   }
   {
     const uint64_t dims[3] = {d, static_cast<uint64_t>(p.nk_pad), static_cast<uint64_t>(p.batch * p.heads_kv)};
     const uint64_t strides[2] = {d, d * static_cast<uint64_t>(p.nk_pad)};
     const uint32_t box[3] = {static_cast<uint32_t>(d), keys, 1};
-    if (!make_map(&k_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.k, dims, strides, box, qk_swizzle)) return false;
+    if (!make_map(k_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, p.k, dims, strides, box, qk_swizzle)) return false;
   }
   if (fp8) {
     const uint64_t nt = static_cast<uint64_t>(vt::vt_tokens(p.kv_len));
@@ -95,7 +101,7 @@ bool encode_tensor_maps(const QKAttentionParams& p, TensorMaps* maps) {
     const uint32_t box[3] = {kBlockN, static_cast<uint32_t>(d), 1};
     // A given v_fp8: the V^T its transpose writes into the workspace at launch.
     const bool given = p.v_type == VType::kFloat8Vt;
-    return make_map(&v_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, given ? p.v : p.workspace, dims, strides, box,
+    return make_map(v_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, given ? p.v : p.workspace, dims, strides, box,
                     CU_TENSOR_MAP_SWIZZLE_128B);
   }
   // head_dim columns: the box's columns past them (padding) are filled with zeros by the TMA.
@@ -106,7 +112,7 @@ bool encode_tensor_maps(const QKAttentionParams& p, TensorMaps* maps) {
   const uint32_t box[4] = {64, keys, 1, 1};
   const CUtensorMapDataType type =
       p.v_type == VType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return make_map(&v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  return make_map(v_map, type, 4, p.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 int launch_qk_int8_attention(const QKAttentionParams& p, const TensorMaps& maps, void* stream_ptr) {
@@ -117,8 +123,8 @@ int launch_qk_int8_attention(const QKAttentionParams& p, const TensorMaps& maps,
     if (err != 0) return err;
   }
   return p.schedule == Schedule::kWarpSpecialized
-             ? detail::launch_warp_specialized(p, maps.q, maps.k, maps.v, stream)
-             : detail::launch_serial(p, maps.q, maps.k, maps.v, stream);
+             ? detail::launch_warp_specialized(p, as_map(maps.q), as_map(maps.k), as_map(maps.v), stream)
+             : detail::launch_serial(p, as_map(maps.q), as_map(maps.k), as_map(maps.v), stream);
 }
 
 }  // namespace sm90

@@ -5,8 +5,6 @@
 // csrc/ops/gpu_sm90_attention.cpp fills the params from tensors. Numeric contract: docs/SEMANTICS.md "Attention
 // kernel" (the same as the CPU and Triton kernels, up to the order of float32 sums).
 #pragma once
-#include <cuda.h>  // CUtensorMap
-
 #include <cstdint>
 
 #include "../common/attention_params.h"
@@ -37,9 +35,10 @@ int64_t qk_attention_workspace_bytes(const QKAttentionParams& p);
 // address. The caller then uses another kernel.
 const char* qk_attention_unsupported(const QKAttentionParams& p);
 
-// The kernel's TMA descriptors for one call.
-struct TensorMaps {
-  CUtensorMap q, k, v;
+// The kernel's three TMA descriptors for one call (each a CUtensorMap: 128 bytes, 128-byte aligned), opaque here so
+// that this header needs no CUDA header (on ROCm, torch's hipify reads it through csrc/ops and would rewrite it).
+struct alignas(128) TensorMaps {
+  unsigned char q[128], k[128], v[128];
 };
 
 // Encodes the tensor maps of params the kernel takes, launching nothing: a map records addresses, so the buffers may
