@@ -95,6 +95,36 @@ def test_kernel_set_covers_every_dispatch(compiled):
         assert len(keys) == len(by_arch[arch]) == 72
 
 
+def test_unmasked_variant_rule_meets_the_fast_images_declaration():
+    """The rule that picks the "fast" image (csrc/ops/triton_variant.h, through its op) admits exactly the calls
+    that meet what aot_build.py declares that image assumes: no head_dim mask, the _ATTN_FAST_ALIGNED arguments
+    divisible by 16 and every 32-bit argument in range."""
+    import random
+
+    import torch_sage  # noqa: F401  (registers the op)
+    from torch_sage.contract import padded_head_dim
+
+    aot_build = _aot_build()
+    fast = next(s for s in aot_build.kernel_set("sm_90") if s.key.endswith("/fast"))
+    assert fast.constexprs["MASK_D"] is False
+    names = ("stride_vb", "stride_vh", "stride_vn", "stride_ob", "stride_oh", "stride_on")
+    values = (0, 8, 16, 48, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, 2**40)
+    rng = random.Random(0)
+    admitted = 0
+    for _ in range(3000):
+        head_dim = rng.choice((48, 64, 80, 128, 256))
+        address = 0x7F0000000000 + rng.choice((0, 0, 0, 4, 8))
+        strides = [rng.choice(values[:4]) if rng.random() < 0.8 else rng.choice(values) for _ in names]
+        args = dict(zip(names, strides), V=address, head_dim=head_dim)
+        declared = (head_dim == padded_head_dim(head_dim)
+                    and all(args[n] % 16 == 0 for n in aot_build._ATTN_FAST_ALIGNED)
+                    and all(args[n] < 2**31 for n in args if fast.types.get(n) == "i32"))
+        rule = torch.ops.sage._triton_unmasked_variant(head_dim, padded_head_dim(head_dim), address, strides)
+        assert rule == declared, (head_dim, hex(address), strides)
+        admitted += rule
+    assert 0 < admitted < 3000
+
+
 def test_configs_by_triton_version():
     """The table keys three entries by the Triton that compiles them, where the older entry spills registers with a
     newer Triton (torch_sage/attention_configs.py). sm_90: Dp=128 with fp16/bf16 V, aligned, is F6's measured

@@ -216,12 +216,10 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
 
 
 def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad: int, layout: str) -> bool:
-    """head_dim == head_dim_pad, V's and out's rows 16-byte aligned and their strides 32-bit: the kernel variant
-    without head_dim masks, with divisibility hints (the C++ launcher of the precompiled kernels applies the same
-    rule)."""
-    return (head_dim == head_dim_pad and v.data_ptr() % 16 == 0
-            and all(s % 16 == 0 and s < 2**31
-                    for s in bhnd_strides(v.stride(), layout) + bhnd_strides(out.stride(), layout)))
+    """Whether the call may run the kernel variant without head_dim masks, with divisibility hints: the rule of the
+    C++ launcher of the precompiled kernels (csrc/ops/triton_variant.h), applied through sage::_triton_unmasked_variant."""
+    strides = list(bhnd_strides(v.stride(), layout) + bhnd_strides(out.stride(), layout))
+    return torch.ops.sage._triton_unmasked_variant(head_dim, head_dim_pad, v.data_ptr(), strides)
 
 
 def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, layout, out_dtype):

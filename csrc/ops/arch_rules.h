@@ -1,6 +1,6 @@
 // Which GPUs torch_sage runs on, as plain C++ (no torch, no GPU runtime): the one definition of the rule. The C++
 // GPU ops apply it through gpu_arch.h; torch_sage/arch.py (the Triton JIT ops) through sage::_gpu_arch_refusal
-// (arch_rules_op.cpp), so the Python side has no twin of it.
+// (rule_ops.cpp), so the Python side has no twin of it.
 #pragma once
 
 #include <string>

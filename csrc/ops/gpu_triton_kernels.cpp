@@ -17,6 +17,7 @@
 #include "gpu_triton_attention.h"
 #include "input_checks.h"
 #include "triton_images.h"
+#include "triton_variant.h"
 
 namespace sage {
 namespace {
@@ -72,8 +73,6 @@ void run(const aot::Image& img, const c10::Device& device, const std::string& si
   TORCH_CHECK(err.empty(), "sage: ", err);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 int32_t as_i32(int64_t v, const char* what) {
   TORCH_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), "sage: ", what, " ", v,
               " does not fit the kernel's 32-bit argument");
@@ -98,13 +97,8 @@ std::tuple<at::Tensor, at::Tensor> triton_attention(const AttentionArgs& a, cons
   const HeadView ho = head_view(out, a.hnd);
   bool fast = false;
   const auto pick = [&]() {
-    // "fast": no head_dim masks, 16-byte aligned V and out rows (triton_attention.py's fast_variant), and
-    // 32-bit strides (aot_build.py's _ATTN_TYPES).
-    constexpr int64_t kMax32 = std::numeric_limits<int32_t>::max();
-    fast = a.head_dim == dp && aligned16(v.const_data_ptr());
-    for (const int64_t s : {hv.stride_b, hv.stride_h, hv.stride_n, ho.stride_b, ho.stride_h, ho.stride_n}) {
-      fast = fast && s % 16 == 0 && s <= kMax32;
-    }
+    fast = triton_unmasked_variant(a.head_dim, dp, reinterpret_cast<uintptr_t>(v.const_data_ptr()),
+                                   {hv.stride_b, hv.stride_h, hv.stride_n, ho.stride_b, ho.stride_h, ho.stride_n});
     return attention_key(dp, is_causal, vt, ot, fast);
   };
   std::string key = pick();
