@@ -150,9 +150,9 @@ def test_negative_sm_scale(fp8):
 
 def test_rejects_bad_arguments():
     q_int8, q_scale, k_int8, k_scale, v, _ = _inputs(1, 2, 2, 10, 10, 64, "HND", torch.float16)
-    with pytest.raises(ValueError, match="v_scale"):
+    with pytest.raises(RuntimeError, match="v_scale"):
         ta.qk_int8_attention_triton(q_int8, q_scale, k_int8, k_scale, v, q_scale, 10, "HND", False, torch.float16)
-    with pytest.raises(ValueError, match="padded"):
+    with pytest.raises(RuntimeError, match="padded"):
         ta.qk_int8_attention_triton(q_int8, q_scale, k_int8, k_scale, v, None, 200, "HND", False, torch.float16)
-    with pytest.raises(ValueError, match="tensor_layout"):
+    with pytest.raises(RuntimeError, match="tensor_layout"):
         ta.qk_int8_attention_triton(q_int8, q_scale, k_int8, k_scale, v, None, 10, "BHSD", False, torch.float16)

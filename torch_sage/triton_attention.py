@@ -22,8 +22,7 @@ import triton.language as tl
 
 from . import arch as _arch
 from .attention_configs import attention_config
-from .contract import BLOCK_K, BLOCK_Q, LOG2_FP8_MAX, MAX_HEAD_DIM, bhnd, bhnd_strides, layout_shape, \
-    padded_head_dim, round_up
+from .contract import BLOCK_K, BLOCK_Q, LOG2_FP8_MAX, bhnd_strides, layout_shape
 
 
 @triton.jit
@@ -222,47 +221,6 @@ def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad
     return torch.ops.sage._triton_unmasked_variant(head_dim, head_dim_pad, v.data_ptr(), strides)
 
 
-def _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, layout, out_dtype):
-    """The checks of check_attention_args (csrc/ops/attention.cpp); returns (B, Hq, Hkv, kv_len, D, fp8)."""
-    if not (q_int8.dtype == torch.int8 and k_int8.dtype == torch.int8 and q_int8.dim() == 4 and k_int8.dim() == 4
-            and q_int8.is_contiguous() and k_int8.is_contiguous()):
-        raise ValueError("qk_int8_attention_triton: q_int8 and k_int8 must be contiguous 4-D int8 tensors")
-    if v.dim() != 4 or not (v.stride(3) == 1 or v.size(3) == 1):
-        raise ValueError("qk_int8_attention_triton: v must be 4-D with a contiguous last dimension")
-    fp8 = v.dtype == torch.float8_e4m3fn
-    if not (fp8 or v.dtype in (torch.float16, torch.bfloat16)):
-        raise ValueError(f"qk_int8_attention_triton: v must be float16, bfloat16 or float8_e4m3fn, got {v.dtype}")
-    if fp8 != (v_scale is not None):
-        raise ValueError("qk_int8_attention_triton: v_scale must be given exactly when v is float8_e4m3fn")
-    if out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError(f"qk_int8_attention_triton: out_dtype must be float16, bfloat16 or float32, got {out_dtype}")
-    b, hkv, kv_len, d = bhnd(v.shape, layout)
-    bq, hq, nq_pad, dp = q_int8.shape
-    if d > MAX_HEAD_DIM or dp != padded_head_dim(d) or k_int8.size(3) != dp:
-        raise ValueError(f"qk_int8_attention_triton: int8 head_dim {dp}/{k_int8.size(3)} does not match v's "
-                         f"head_dim {d}")
-    if not (k_int8.size(0) == bq == b and k_int8.size(1) == hkv and hkv >= 1 and hq % hkv == 0):
-        raise ValueError(f"qk_int8_attention_triton: batch/heads disagree: q_int8 {tuple(q_int8.shape)}, "
-                         f"k_int8 {tuple(k_int8.shape)}, v {tuple(v.shape)}")
-    nk_pad = k_int8.size(2)
-    if qo_len < 0 or nq_pad != round_up(qo_len, BLOCK_Q) or nk_pad != round_up(kv_len, BLOCK_K):
-        raise ValueError(f"qk_int8_attention_triton: qo_len {qo_len} / kv_len {kv_len} do not match the padded "
-                         f"int8 lengths {nq_pad} / {nk_pad}")
-    if not (q_scale.dtype == torch.float32 and k_scale.dtype == torch.float32 and q_scale.is_contiguous()
-            and k_scale.is_contiguous() and tuple(q_scale.shape) == (b, hq, nq_pad // BLOCK_Q)
-            and tuple(k_scale.shape) == (b, hkv, nk_pad // BLOCK_K)):
-        raise ValueError("qk_int8_attention_triton: q_scale/k_scale must be contiguous float32 [B, H, blocks], got "
-                         f"{tuple(q_scale.shape)} and {tuple(k_scale.shape)}")
-    if fp8 and not (v_scale.dtype == torch.float32 and v_scale.is_contiguous()
-                    and tuple(v_scale.shape) == (b, hkv, d)):
-        raise ValueError(f"qk_int8_attention_triton: v_scale must be contiguous float32 [B, Hkv, D], got "
-                         f"{tuple(v_scale.shape)}")
-    for t in (q_scale, k_int8, k_scale, v) + ((v_scale,) if fp8 else ()):
-        if t.device != q_int8.device:
-            raise ValueError(f"qk_int8_attention_triton: all inputs must be on {q_int8.device}, got {t.device}")
-    return b, hq, hkv, kv_len, d, fp8
-
-
 def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor,
                              k_scale: torch.Tensor, v: torch.Tensor, v_scale: Optional[torch.Tensor],
                              qo_len: int, tensor_layout: str, is_causal: bool, out_dtype: torch.dtype,
@@ -272,8 +230,10 @@ def qk_int8_attention_triton(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8
     config: (BLOCK_M, BLOCK_N, num_warps, num_stages) instead of the table's (benchmarks/sweep_attention_configs.py).
     """
     qo_len = int(qo_len)
-    b, hq, hkv, kv_len, d, fp8 = _check_args(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, tensor_layout,
-                                             out_dtype)
+    # sage::qk_int8_attention's own checks (csrc/ops/attention.cpp), so that both kernels refuse the same inputs.
+    b, hq, hkv, kv_len, d, fp8 = torch.ops.sage._check_attention_args(q_int8, q_scale, k_int8, k_scale, v, v_scale,
+                                                                     qo_len, tensor_layout, out_dtype)
+    fp8 = bool(fp8)
     dp = q_int8.size(3)
     out = torch.empty(layout_shape(b, hq, qo_len, d, tensor_layout), dtype=out_dtype, device=v.device)
     lse = torch.empty((b, hq, qo_len), dtype=torch.float32, device=v.device)
