@@ -347,3 +347,46 @@ def test_readme_snippets(snippet, capsys):
     torch._dynamo.reset()
     exec(compile(snippet, "README.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == expected_prints(snippet)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The routes' eligibility against what the op takes
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_both_routes_take_exactly_what_the_op_takes():
+    """sdpa_fallback_reason and flash_fallback_reason restate, in traceable Python, which q, k and v the sage op
+    takes (csrc/ops/input_checks.cpp check_qkv; a C++ call inside them would break torch.compile(fullgraph=True)).
+    Drawn at random around each edge: a route gives no reason exactly when torch_sage.ops.attention computes the
+    call, and a reason exactly when the op refuses it."""
+    import random
+
+    from torch_sage import ops
+
+    rng = random.Random(0)
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    seen = {True: 0, False: 0}
+    for _ in range(300):
+        b, nq, nk = rng.choice((1, 2)), rng.choice((1, 5)), rng.choice((1, 7))
+        hq, hk = rng.choice(((2, 2), (4, 2), (3, 2), (2, 4), (0, 0), (2, 0))) if rng.random() < 0.5 else (2, 2)
+        d = rng.choice((64, 64, 0, 8, 256, 257, 300))
+        dk = d if rng.random() < 0.8 else rng.choice((16, 64))
+        dv = dk if rng.random() < 0.8 else rng.choice((16, 64))
+        bk = b if rng.random() < 0.9 else b + 1
+        nv = nk if rng.random() < 0.9 else nk + 1
+        dq_t = rng.choice(dtypes) if rng.random() < 0.3 else torch.float16
+        dk_t = dq_t if rng.random() < 0.85 else rng.choice(dtypes)
+        q = torch.randn(b, hq, nq, d).to(dq_t)
+        k = torch.randn(bk, hk, nk, dk).to(dk_t)
+        v = torch.randn(bk, hk, nv, dv).to(dk_t)
+        try:
+            ops.attention(q, k, v, "HND")
+            taken = True
+        except RuntimeError:
+            taken = False
+        seen[taken] += 1
+        sdpa_reason = sdpa.sdpa_fallback_reason(q, k, v, enable_gqa=True, allow_fp32=True)
+        flash_reason = sdpa.flash_fallback_reason(q, k, v, cpu_op=True)
+        case = (q.shape, q.dtype, k.shape, k.dtype, v.shape)
+        assert (sdpa_reason is None) == taken, (case, sdpa_reason)
+        assert (flash_reason is None) == taken, (case, flash_reason)
+    assert min(seen.values()) > 30, seen
