@@ -10,6 +10,9 @@ python benchmarks/accuracy.py [--device cpu|cuda] [--csv out.csv] [--sweep shape
 --sweep smooth_k: smooth_k=True against smooth_k=False (what ComfyUI passes) in the accurate mode, bfloat16,
     at the head dims and head counts of Flux, SDXL and Wan (short sequences, so that it runs on a CPU), keys
     with a per-channel offset of 1, 4 and 10 times randn(D).
+--sweep guard: issue 45's study. For inputs inside and outside the documented bounds, the measured error of the
+    accurate mode beside an estimate of the score error that INT8 quantization causes, computed only from what the
+    prologue sees (quantization_error_estimate): whether one threshold on it separates the two kinds.
 """
 import argparse
 import csv
@@ -129,13 +132,80 @@ def sweep_smooth_k(device):
     return rows
 
 
+def quantization_error_estimate(q, k, sm_scale, smooth_k):
+    """The largest estimated standard deviation (in nats) of a score's INT8 rounding error, over the call's
+    (query block, key block) pairs, from per-block statistics only: each element's rounding error is uniform in
+    +-scale/2 (variance scale^2 / 12), so q.k's error over D channels has variance D/12 * (rms_q^2 s_k^2 +
+    rms_k^2 s_q^2), with q scaled by sm_scale as the prologue quantizes it, k after smoothing."""
+    from torch_sage.contract import BLOCK_K, BLOCK_Q
+
+    q = q.double() * sm_scale
+    k = k.double()
+    if smooth_k:
+        k = k - k.mean(2, keepdim=True)
+    d = q.shape[-1]
+
+    def blocks(t, size):  # [B, H, blocks, size * D], zero-padded like the prologue's int8 tensors
+        n = t.shape[2]
+        t = F.pad(t, (0, 0, 0, (-n) % size))
+        return t.reshape(t.shape[0], t.shape[1], -1, size * d)
+
+    qb, kb = blocks(q, BLOCK_Q), blocks(k, BLOCK_K)
+    s_q, s_k = qb.abs().amax(-1) / 127, kb.abs().amax(-1) / 127
+    rms_q, rms_k = qb.pow(2).mean(-1).sqrt(), kb.pow(2).mean(-1).sqrt()
+    group = q.shape[1] // k.shape[1]
+    s_k, rms_k = s_k.repeat_interleave(group, 1), rms_k.repeat_interleave(group, 1)
+    var = (rms_q[..., :, None] * s_k[..., None, :]) ** 2 + (rms_k[..., None, :] * s_q[..., :, None]) ** 2
+    return math.sqrt(d / 12 * var.max().item())
+
+
+def guard_cases():
+    """(label, q, k, v, sm_scale, smooth_k): documented inputs first, then the four kinds of issue 45."""
+    g = torch.Generator().manual_seed(45)
+    for d in (64, 128):
+        q, k, v = inputs(1, 4, 512, d, seed=d)
+        for dtype in (torch.float16, torch.bfloat16):
+            yield f"documented D={d} {str(dtype)[6:]}", q.to(dtype), k.to(dtype), v.to(dtype), 1 / math.sqrt(d), True
+    for mult in (1.25, 2.0, 8.0, 100.0):
+        q, k, v = inputs(1, 4, 512, 64, seed=64)
+        yield f"sm_scale x{mult:g}", q.bfloat16(), k.bfloat16(), v.bfloat16(), mult / 8, True
+    q, k, v = (torch.randn(1, 2, 200, 64, generator=g) for _ in range(3))
+    q[0, 0, 17, 5] = 1e6
+    yield "one q value 1e6 (float32)", q, k, v, 1 / 8, True
+    q, k, v = (torch.randn(1, 2, 200, 64, generator=g) for _ in range(3))
+    yield "q x 7e4 (float32)", q * 7e4, k, v, 1 / 8, True
+    for big in (4, 16):
+        q, k, v = (torch.randn(1, 4, 512, 128, generator=g) for _ in range(3))
+        ch = torch.randperm(128, generator=g)[:big]
+        q[..., ch] *= 20
+        k[..., ch] *= 20
+        yield f"{big} channels x20 in q and k", q.bfloat16(), k.bfloat16(), v.bfloat16(), 128 ** -0.5, True
+    for offset in (1.0, 4.0, 10.0):
+        q, k, v = inputs(1, 4, 1024, 128, seed=7, key_offset=offset)
+        yield f"smooth_k=False, key offset {offset:g}", q.bfloat16(), k.bfloat16(), v.bfloat16(), 128 ** -0.5, False
+
+
+def sweep_guard(device):
+    print("accurate mode; bound (docs/SEMANTICS.md): cosine >= 0.9999, rel L1 <= 0.015")
+    print(f"{'input':>36s}{'cosine':>11s}{'rel L1':>9s}{'estimate':>10s}{'in bound':>10s}")
+    rows = []
+    for label, q, k, v, scale, smooth_k in guard_cases():
+        _, ref = exact(q, k, v, False, scale)
+        cos, l1 = metrics(sage(q, k, v, device, False, scale, "fp16", smooth_k), ref)
+        est = quantization_error_estimate(q, k, scale, smooth_k)
+        ok = cos >= 0.9999 and l1 <= 0.015
+        print(f"{label:>36s}{cos:11.6f}{l1:9.5f}{est:10.4f}{str(ok):>10s}")
+        rows.append(dict(input=label, cosine=cos, rel_l1=l1, estimate=est, in_bound=ok, device=device))
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--csv")
-    p.add_argument("--sweep", choices=["shapes", "scale", "smooth_k"], default="shapes")
+    p.add_argument("--sweep", choices=["shapes", "scale", "smooth_k", "guard"], default="shapes")
     args = p.parse_args()
-    rows = {"shapes": sweep_shapes, "scale": sweep_scale, "smooth_k": sweep_smooth_k}[args.sweep](args.device)
+    rows = {"shapes": sweep_shapes, "scale": sweep_scale, "smooth_k": sweep_smooth_k, "guard": sweep_guard}[args.sweep](args.device)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
