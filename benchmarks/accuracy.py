@@ -205,7 +205,8 @@ def main():
     p.add_argument("--csv")
     p.add_argument("--sweep", choices=["shapes", "scale", "smooth_k", "guard"], default="shapes")
     args = p.parse_args()
-    rows = {"shapes": sweep_shapes, "scale": sweep_scale, "smooth_k": sweep_smooth_k, "guard": sweep_guard}[args.sweep](args.device)
+    sweeps = {"shapes": sweep_shapes, "scale": sweep_scale, "smooth_k": sweep_smooth_k, "guard": sweep_guard}
+    rows = sweeps[args.sweep](args.device)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -216,7 +216,7 @@ def _qk_int8_attn_fwd(Q, QS, K, KS, V, VS, O, LSE,
 
 def fast_variant(v: torch.Tensor, out: torch.Tensor, head_dim: int, head_dim_pad: int, layout: str) -> bool:
     """Whether the call may run the kernel variant without head_dim masks, with divisibility hints: the rule of the
-    C++ launcher of the precompiled kernels (csrc/ops/triton_variant.h), applied through sage::_triton_unmasked_variant."""
+    C++ launcher of the precompiled kernels (csrc/ops/triton_variant.h), through sage::_triton_unmasked_variant."""
     strides = list(bhnd_strides(v.stride(), layout) + bhnd_strides(out.stride(), layout))
     return torch.ops.sage._triton_unmasked_variant(head_dim, head_dim_pad, v.data_ptr(), strides)
 

@@ -54,7 +54,7 @@ def flash_fallback_reason(query: Tensor, key: Tensor, value: Tensor, dropout_p: 
     if d < 1 or d > MAX_HEAD_DIM:
         return "head_dim"
     hk = key.shape[1]
-    if (hq % hk != 0) if hk else hq != 0:  # no heads at all: an empty result (torch_sage.ops)
+    if (hq % hk != 0) if hk else hq != 0:  # hq = hk = 0 (no heads at all): an empty result (torch_sage.ops)
         return "heads"
     if is_causal and nq != key.shape[2] and not cpu_op:
         # The CUDA flash kernel aligns a non-square causal mask to the lower right, torch_sage (and SDPA's
