@@ -103,6 +103,10 @@ BAD_INPUTS = [
     ("SAGEATTN_SK1_OVERLAP=yes, quant_v_fp8",
      "os.environ['SAGEATTN_SK1_OVERLAP'] = 'yes'\ntry:\n    torch.ops.sage.quant_v_fp8(v, 'HND')\n"
      "finally:\n    del os.environ['SAGEATTN_SK1_OVERLAP']", RuntimeError, "SAGEATTN_SK1_OVERLAP must be"),
+    ("float8 v to the fast mode's kernel, which quantizes v itself",
+     "a = torch.ops.sage.quant_qk_int8(q, k, 'HND', 0.125, False); v8, vs = torch.ops.sage.quant_v_fp8(v, 'HND'); "
+     "torch.ops.sage._qk_int8_attention_fast(a[0], a[1], a[2], a[3], v8, 16, 'HND', False, torch.float16)",
+     RuntimeError, "float16 or bfloat16"),
 ]
 # Only where a GPU exists: inputs on two real devices.
 GPU_BAD_INPUTS = [

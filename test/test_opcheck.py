@@ -39,6 +39,12 @@ def test_opcheck_quant_ops_and_kernel():
             torch.library.opcheck(torch.ops.sage.qk_int8_attention.default,
                                   (qi, qs, ki, ks, vv, sc, nq, layout, kw["is_causal"], torch.bfloat16),
                                   test_utils=tests)
+        fast_args = (qi, qs, ki, ks, v, nq, layout, kw["is_causal"], torch.bfloat16)
+        torch.library.opcheck(torch.ops.sage._qk_int8_attention_fast.default, fast_args, test_utils=OPCHECK_TESTS)
+        # the fast mode's one op is the pair it stands for, bit for bit
+        pair = torch.ops.sage.qk_int8_attention(qi, qs, ki, ks, v8, vs, nq, layout, kw["is_causal"], torch.bfloat16)
+        for got, want in zip(torch.ops.sage._qk_int8_attention_fast(*fast_args), pair):
+            torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
 def test_backward_raises_clearly():

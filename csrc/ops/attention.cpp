@@ -1,7 +1,7 @@
-// sage::attention and sage::attention_with_lse: input checks, then prologue -> (V quantization) -> kernel,
-// each step through the dispatcher so every device runs its own kernels, except where a GPU call saves host time:
-// the GPU prologue's intermediates come from one allocation (gpu_prologue.h), and where a hand-written kernel runs
-// the fast mode its last two steps are one (gpu_attention.h: the V quantization writes that kernel's own V layout).
+// sage::attention and sage::attention_with_lse: input checks, then prologue -> kernel (the fast mode's kernel,
+// sage::_qk_int8_attention_fast, quantizes V first), each step through the dispatcher so every device runs its own
+// kernels, except where a GPU call saves host time: the GPU prologue's intermediates come from one allocation
+// (gpu_prologue.h). Also the devices' common kernel of _qk_int8_attention_fast: quant_v_fp8, then qk_int8_attention.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -99,6 +99,27 @@ PvMode resolve_pv_mode(const std::string& mode) {
 }
 
 using QuantOut = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using AttentionOut = std::tuple<at::Tensor, at::Tensor>;
+using KernelSignature = AttentionOut(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     const at::Tensor&, const std::optional<at::Tensor>&, c10::SymInt,
+                                     c10::string_view, bool, at::ScalarType);
+
+const c10::TypedOperatorHandle<KernelSignature>& qk_int8_attention_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("sage::qk_int8_attention", "").typed<KernelSignature>();
+  return op;
+}
+
+AttentionOut qk_int8_attention_fast(const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8,
+                                    const at::Tensor& k_scale, const at::Tensor& v, c10::SymInt qo_len,
+                                    c10::string_view layout, bool is_causal, at::ScalarType out_dtype) {
+  static auto quant_v = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("sage::quant_v_fp8", "")
+                            .typed<AttentionOut(const at::Tensor&, c10::string_view)>();
+  const auto [v_fp8, v_scale] = quant_v.call(v, layout);
+  return qk_int8_attention_op().call(q_int8, q_scale, k_int8, k_scale, v_fp8, v_scale, std::move(qo_len), layout,
+                                     is_causal, out_dtype);
+}
 
 std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                  c10::string_view layout_view, bool is_causal,
@@ -126,15 +147,11 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   static auto quant_qk = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("sage::quant_qk_int8", "")
                              .typed<QuantOut(const at::Tensor&, const at::Tensor&, c10::string_view, double, bool)>();
-  static auto quant_v = c10::Dispatcher::singleton()
-                            .findSchemaOrThrow("sage::quant_v_fp8", "")
-                            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view)>();
-  static auto kernel = c10::Dispatcher::singleton()
-                           .findSchemaOrThrow("sage::qk_int8_attention", "")
-                           .typed<std::tuple<at::Tensor, at::Tensor>(
-                               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                               const at::Tensor&, const std::optional<at::Tensor>&, c10::SymInt, c10::string_view,
-                               bool, at::ScalarType)>();
+  static auto fast_kernel = c10::Dispatcher::singleton()
+                                .findSchemaOrThrow("sage::_qk_int8_attention_fast", "")
+                                .typed<AttentionOut(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                    const at::Tensor&, const at::Tensor&, c10::SymInt,
+                                                    c10::string_view, bool, at::ScalarType)>();
 
   std::optional<QuantQK> prologue;
 #if defined(SAGE_WITH_GPU)
@@ -146,20 +163,12 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   }
   const auto& [q_int8, q_scale, k_int8, k_scale, k_mean] = *prologue;
   const int64_t qo_len = head_view(q, hnd).tokens, kv_len = head_view(k, hnd).tokens;
-  std::optional<std::tuple<at::Tensor, at::Tensor>> result;
-#if defined(SAGE_WITH_GPU)
-  if (mode == PvMode::kFp8) {
-    result = try_fused_fast_attention(q_int8, q_scale, k_int8, k_scale, v16, qo_len, layout, is_causal, out_dtype);
-  }
-#endif
-  if (!result) {
-    at::Tensor v_in = v16;  // P is rounded to V's 16-bit type: bfloat16 keeps V's range (docs/SEMANTICS.md)
-    std::optional<at::Tensor> v_scale;
-    if (mode == PvMode::kFp8) std::tie(v_in, v_scale) = quant_v.call(v16, layout);
-    result = kernel.call(q_int8, q_scale, k_int8, k_scale, v_in, v_scale, c10::SymInt(qo_len), layout, is_causal,
-                        out_dtype);
-  }
-  auto [out, lse] = *result;
+  // P is rounded to V's 16-bit type in the accurate mode: bfloat16 keeps V's range (docs/SEMANTICS.md).
+  auto [out, lse] = mode == PvMode::kFp8
+                        ? fast_kernel.call(q_int8, q_scale, k_int8, k_scale, v16, c10::SymInt(qo_len), layout,
+                                           is_causal, out_dtype)
+                        : qk_int8_attention_op().call(q_int8, q_scale, k_int8, k_scale, v16, std::nullopt,
+                                                      c10::SymInt(qo_len), layout, is_causal, out_dtype);
   if (want_lse && smooth_k && kv_len > 0 && lse.numel() > 0) {
     // softmax ignores the subtracted key mean, lse does not: add back sm_scale * q . k_mean.
     const at::Tensor q_hnd = hnd ? q : q.transpose(1, 2);
@@ -187,6 +196,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 TORCH_LIBRARY_IMPL(sage, CompositeExplicitAutograd, m) {
   m.impl("attention", &attention);
   m.impl("attention_with_lse", &attention_with_lse);
+  m.impl("_qk_int8_attention_fast", &qk_int8_attention_fast);
 }
 
 }  // namespace sage

@@ -33,6 +33,10 @@ constexpr const char* kSchemas[] = {
     "qk_int8_attention(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
     "Tensor? v_scale, SymInt qo_len, str tensor_layout, bool is_causal, ScalarType out_dtype) -> "
     "(Tensor out, Tensor lse)",
+    // The fast mode of qk_int8_attention from a 16-bit v: quant_v_fp8 then qk_int8_attention, the same bits. On a GPU
+    // whose chosen kernel is hand-written, V's quantization writes that kernel's V^T itself (gpu_attention.cpp).
+    "_qk_int8_attention_fast(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
+    "SymInt qo_len, str tensor_layout, bool is_causal, ScalarType out_dtype) -> (Tensor out, Tensor lse)",
     "_qk_int8_attention_triton(Tensor q_int8, Tensor q_scale, Tensor k_int8, Tensor k_scale, Tensor v, "
     "Tensor? v_scale, SymInt qo_len, str tensor_layout, bool is_causal, ScalarType out_dtype) -> "
     "(Tensor out, Tensor lse)",
