@@ -1,6 +1,6 @@
-// The hand-written mma.sync kernel (csrc/mma) as a kernel of sage::qk_int8_attention and of sage::_qk_int8_attention_fast
-// fast mode (gpu_attention.cpp chooses it). Every CUDA build compiles it (setup.py defines SAGE_WITH_MMA), never a
-// ROCm one.
+// The hand-written mma.sync kernel (csrc/mma) as a kernel of sage::qk_int8_attention and of
+// sage::_qk_int8_attention_fast (gpu_attention.cpp chooses it). Every CUDA build compiles it
+// (setup.py defines SAGE_WITH_MMA), never a ROCm one.
 #pragma once
 #if defined(SAGE_WITH_MMA)
 #include <ATen/ATen.h>

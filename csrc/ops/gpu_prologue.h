@@ -1,4 +1,4 @@
-// What the GPU prologue ops (gpu_prologue.cpp) share with sage::attention (attention.cpp) and its fused fast mode
+// What the GPU prologue ops (gpu_prologue.cpp) share with sage::attention (attention.cpp) and its fast mode
 // (gpu_attention.cpp).
 #pragma once
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
-// The hand-written Hopper kernel (csrc/sm90) as a kernel of sage::qk_int8_attention and of sage::_qk_int8_attention_fast
-// fast mode (gpu_attention.cpp chooses it). Only CUDA builds whose arch list holds 9.0 compile it (setup.py defines
-// SAGE_WITH_SM90 then).
+// The hand-written Hopper kernel (csrc/sm90) as a kernel of sage::qk_int8_attention and of
+// sage::_qk_int8_attention_fast (gpu_attention.cpp chooses it). Only CUDA builds whose arch list
+// holds 9.0 compile it (setup.py defines SAGE_WITH_SM90 then).
 #pragma once
 #if defined(SAGE_WITH_SM90)
 #include <ATen/ATen.h>
