@@ -90,21 +90,23 @@ def _attention_outputs(q_like: Tensor, b, hq, nq, d, layout, dtype):
             q_like.new_empty((b, hq, nq), dtype=torch.float32))
 
 
+def _kernel_outputs(op, q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, tensor_layout, out_dtype):
+    _check_one_device(op, q_int8=q_int8, q_scale=q_scale, k_int8=k_int8, k_scale=k_scale, v=v, v_scale=v_scale)
+    b, _, _, d = contract.bhnd(v.shape, tensor_layout)
+    return _attention_outputs(v, b, q_int8.shape[1], qo_len, d, tensor_layout, out_dtype)
+
+
 @torch.library.register_fake("sage::qk_int8_attention")
 def _qk_int8_attention_fake(q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, tensor_layout, is_causal,
                             out_dtype):
-    _check_one_device("qk_int8_attention", q_int8=q_int8, q_scale=q_scale, k_int8=k_int8, k_scale=k_scale, v=v,
-                      v_scale=v_scale)
-    b, _, _, d = contract.bhnd(v.shape, tensor_layout)
-    return _attention_outputs(v, b, q_int8.shape[1], qo_len, d, tensor_layout, out_dtype)
+    return _kernel_outputs("qk_int8_attention", q_int8, q_scale, k_int8, k_scale, v, v_scale, qo_len, tensor_layout,
+                           out_dtype)
 
 
 @torch.library.register_fake("sage::_qk_int8_attention_fast")
 def _qk_int8_attention_fast_fake(q_int8, q_scale, k_int8, k_scale, v, qo_len, tensor_layout, is_causal, out_dtype):
-    _check_one_device("_qk_int8_attention_fast", q_int8=q_int8, q_scale=q_scale, k_int8=k_int8, k_scale=k_scale,
-                      v=v)
-    b, _, _, d = contract.bhnd(v.shape, tensor_layout)
-    return _attention_outputs(v, b, q_int8.shape[1], qo_len, d, tensor_layout, out_dtype)
+    return _kernel_outputs("_qk_int8_attention_fast", q_int8, q_scale, k_int8, k_scale, v, None, qo_len,
+                           tensor_layout, out_dtype)
 
 
 def _attention_fake_outputs(q, tensor_layout):
