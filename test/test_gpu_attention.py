@@ -97,7 +97,7 @@ def test_strided_fused_qkv_matches_contiguous():
 
 
 def test_overlapped_launches_change_no_bit(monkeypatch):
-    """On sm_90+ a call's kernels are programmatic dependent launches (csrc/hip/compat.h launch()): each may start
+    """On sm_90+ a call's kernels are programmatic dependent launches (csrc/common/compat.h launch()): each may start
     while the one before it finishes. Calls made back to back, each reading what the previous kernel wrote (and the
     caching allocator reusing freed buffers between them), give the same bytes as with SAGEATTN_SK1_OVERLAP=0."""
     inputs = [make_qkv(1, 8, 4, n, n, d, dtype=dt, device="cuda", seed=n)

@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "csrc" / "hip").glob("*.hip"))
 
 
-def test_csrc_hip_has_no_aten():
-    for path in sorted((ROOT / "csrc" / "hip").iterdir()):
+def test_kernel_folders_have_no_aten():
+    """csrc/hip and the launch layer it includes from csrc/common (compat.h, vt_layout.h) stay torch-free."""
+    for path in sorted((ROOT / "csrc" / "hip").iterdir()) + sorted((ROOT / "csrc" / "common").iterdir()):
         text = path.read_text()
         assert not re.search(r"#include\s*[<\"](ATen|torch|c10)/", text), f"{path.name} includes torch headers"
 

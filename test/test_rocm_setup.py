@@ -1,7 +1,8 @@
 """setup.py's GPU branches, run on CPU against torch's own cpp_extension code with a simulated ROCm / CUDA torch.
 
 On ROCm, CUDAExtension runs torch's hipify over the sources it is given, writing rewritten copies beside them: it
-must not touch csrc/hip (no rewritten .hip, no compat_hip.h, and never a .cu hipified onto the hand-written .hip).
+must not touch csrc/hip or csrc/common (no rewritten .hip, no compat_hip.h, and never a .cu hipified onto the
+hand-written .hip).
 The ROCm branch runs for real here (torch's hipify on a copy of setup.py and csrc/); only hipcc and the ROCm
 headers are missing, so compiling the result is left to a ROCm machine."""
 import os

@@ -197,7 +197,7 @@ def test_descriptor_steps_equal_fresh_descriptors(tmp_path):
 
 
 def test_every_sm90_kernel_waits_for_the_previous_one_before_touching_memory(compiled, tmp_path):
-    """The launches are programmatic dependent ones on sm_90 (csrc/hip/compat.h launch()): a kernel may start while
+    """The launches are programmatic dependent ones on sm_90 (csrc/common/compat.h launch()): a kernel may start while
     the one before it finishes, so each must pass griddepcontrol.wait (SASS ACQBULK) before its first global load or
     store, or it could read a prologue output not yet written (or overwrite memory that kernel still reads)."""
     objs, _ = compiled

@@ -7,7 +7,7 @@
 namespace sage {
 
 enum class OutType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
-// kFloat8: float8_e4m3fn in V's layout; kFloat8Vt: float8_e4m3fn already in the V^T layout of csrc/hip/vt_layout.h,
+// kFloat8: float8_e4m3fn in V's layout; kFloat8Vt: float8_e4m3fn already in the V^T layout of csrc/common/vt_layout.h,
 // as the V quantization writes it for sage::attention's fast mode.
 enum class VType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8 = 2, kFloat8Vt = 3 };
 
@@ -35,7 +35,7 @@ struct AttentionParams {
   int64_t head_dim;      // of V and out: a multiple of 8, at most head_dim_pad
   int64_t head_dim_pad;  // of q_int8 and k_int8 (the prologue's padding): 64 or 128
   bool causal;           // upper-left aligned: key j is seen by query i when j <= i
-  bool overlap_launch;   // programmatic dependent launches (csrc/hip/compat.h launch())
+  bool overlap_launch;   // programmatic dependent launches (csrc/common/compat.h launch())
 };
 
 }  // namespace sage

@@ -27,7 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "compat.h"
+#include "../common/compat.h"
 #include "quant_rules.h"
 #include "quant_qk_int8.h"
 

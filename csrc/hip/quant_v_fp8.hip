@@ -21,11 +21,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "compat.h"
+#include "../common/compat.h"
 #include "quant_rules.h"
 #include "quant_v_fp8.h"
 #include "quant_v_fp8_math.h"
-#include "vt_layout.h"
+#include "../common/vt_layout.h"
 
 namespace sage {
 namespace {

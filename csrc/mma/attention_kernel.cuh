@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "../common/device_parts.cuh"  // pack4_e4m3, store_pair
-#include "../hip/compat.h"  // launch(), wait_for_previous_grid(), allow_dynamic_smem()
-#include "../hip/vt_layout.h"
+#include "../common/compat.h"  // launch(), wait_for_previous_grid(), allow_dynamic_smem()
+#include "../common/vt_layout.h"
 #include "instances.h"
 #include "traits.h"
 #include "warp_mma.h"
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(Traits<D, V>::kThreads, Traits<D, V>::kMinCtas
     // The pipeline: step n's K and V are in flight during step n - 1, and step n + 1's Q.K^T runs on the tensor
     // cores while step n's softmax runs on the others. Group 0: Q and K of step 0; group 1: K of step 1, V of step
     // 0; the group issued at the top of step n: K of step n + 2 (into the stage step n's K leaves), V of step n + 1.
-    compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
+    compat::wait_for_previous_grid();  // the prologue's outputs (csrc/common/compat.h)
     load_q();
     load_k(0);
     cp_async_commit();

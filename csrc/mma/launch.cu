@@ -5,7 +5,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "../hip/vt_transpose.cuh"
+#include "../common/vt_transpose.cuh"
 #include "instances.h"
 
 namespace sage {

@@ -10,7 +10,7 @@
 // - B of m16n8k16 16-bit (2 registers): register h holds column g, k = 8 h + 2 t, + 1.
 // So an accumulator pair of S (keys 2 t, 2 t + 1 of an 8-key tile) is directly a register of P's 16-bit A fragment,
 // and four such values are a register of P's e4m3 A fragment when V^T's keys are permuted in groups of 16
-// (csrc/hip/vt_layout.h: column 4 t + c holds key 2 t + (c & 1) + 8 (c >> 1)).
+// (csrc/common/vt_layout.h: column 4 t + c holds key 2 t + (c & 1) + 8 (c >> 1)).
 //
 // A second instantiation for AMD RDNA4 (gfx12, wave32 WMMA: v_wmma_i32_16x16x16_iu8, v_wmma_f32_16x16x16_f16,
 // v_wmma_f32_16x16x16_fp8_fp8) would replace this header and keep the kernel's tiles, pipeline and softmax. It

@@ -17,8 +17,8 @@
 
 #include "../contract.h"
 #include "../common/device_parts.cuh"  // pack4_e4m3, store_pair
-#include "../hip/compat.h"  // launch(), wait_for_previous_grid()
-#include "../hip/vt_layout.h"
+#include "../common/compat.h"  // launch(), wait_for_previous_grid()
+#include "../common/vt_layout.h"
 #include "ptx.h"
 #include "qk_int8_attention_sm90.h"
 #include "traits.h"
@@ -121,7 +121,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[D / 2], const uint32_t (&p)[N
 
 // Fast mode: o_blk = P.V of one key block (a fresh accumulator: the fp8 wgmma keeps ~22 bits, so blocks are summed
 // in float32 outside it). V^T rows are head_dim, 128 keys each (one 128B-swizzled row), permuted in groups of 16
-// (csrc/hip/vt_layout.h) so that register r of the A fragment holds the keys this thread's S accumulators hold.
+// (csrc/common/vt_layout.h) so that register r of the A fragment holds the keys this thread's S accumulators hold.
 // SUMS: 8 more columns of V^T follow its D rows (the CTA's ones group, tensor_sum_rows below), and o_blk holds
 // D / 2 + 4 values: the block's row sums of e4m3(P) come out in o_blk[D / 2] and o_blk[D / 2 + 2] of lane % 4 = 0.
 template <int D, bool SUMS>
@@ -256,7 +256,7 @@ __device__ __forceinline__ void start_cta(Bars* bars, const CUtensorMap* q_map, 
     }
     fence_barrier_init();
   }
-  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/hip/compat.h)
+  compat::wait_for_previous_grid();  // the prologue's outputs (csrc/common/compat.h)
   __syncthreads();
 }
 

@@ -1,7 +1,7 @@
 // Host side of both sm90 kernels (qk_int8_attention_sm90.h): which params they take, their TMA tensor maps, the V
 // transpose of a given fp8 V, and the launch of the serial (qk_int8_attention_sm90.cu) or warp-specialized
 // (qk_int8_attention_sm90_ws.cu) schedule.
-#include "../hip/vt_transpose.cuh"
+#include "../common/vt_transpose.cuh"
 #include "attention_parts.cuh"
 
 namespace sage {

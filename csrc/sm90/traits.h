@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "../contract.h"
-#include "../hip/vt_layout.h"
+#include "../common/vt_layout.h"
 
 namespace sage {
 namespace sm90 {

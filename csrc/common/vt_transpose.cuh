@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "../common/attention_params.h"
+#include "attention_params.h"
 #include "compat.h"
 #include "vt_layout.h"
 
