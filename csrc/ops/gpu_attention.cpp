@@ -101,7 +101,8 @@ bool launch_fused(AttentionKernel k, const AttentionArgs& a, const at::Tensor& o
   quant.workspace = workspace_bytes > 0 ? parts[1].data_ptr() : nullptr;
   quant.v_t = static_cast<uint8_t*>(parts[2].data_ptr());
   const int err = launch_quant_v_fp8(quant, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == 0, "sage::attention: the V quantization failed to launch (CUDA error ", err, ")");
+  TORCH_CHECK(err == 0, "sage::_qk_int8_attention_fast: the V quantization failed to launch (CUDA error ", err,
+              ")");
   (*launch)();
   return true;
 }
