@@ -85,6 +85,12 @@ std::tuple<at::Tensor, at::Tensor> allocate_attention_out(const AttentionArgs& a
   return {out, lse};
 }
 
+const c10::TypedOperatorHandle<QuantVSignature>& quant_v_fp8_op() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("sage::quant_v_fp8", "").typed<QuantVSignature>();
+  return op;
+}
+
 namespace {
 
 enum class PvMode { kFp16, kFp8 };
@@ -113,10 +119,7 @@ const c10::TypedOperatorHandle<KernelSignature>& qk_int8_attention_op() {
 AttentionOut qk_int8_attention_fast(const at::Tensor& q_int8, const at::Tensor& q_scale, const at::Tensor& k_int8,
                                     const at::Tensor& k_scale, const at::Tensor& v, c10::SymInt qo_len,
                                     c10::string_view layout, bool is_causal, at::ScalarType out_dtype) {
-  static auto quant_v = c10::Dispatcher::singleton()
-                            .findSchemaOrThrow("sage::quant_v_fp8", "")
-                            .typed<AttentionOut(const at::Tensor&, c10::string_view)>();
-  const auto [v_fp8, v_scale] = quant_v.call(v, layout);
+  const auto [v_fp8, v_scale] = quant_v_fp8_op().call(v, layout);
   return qk_int8_attention_op().call(q_int8, q_scale, k_int8, k_scale, v_fp8, v_scale, std::move(qo_len), layout,
                                      is_causal, out_dtype);
 }

@@ -128,10 +128,7 @@ std::tuple<at::Tensor, at::Tensor> qk_int8_attention_fast_gpu(
   if (lse.numel() == 0) return {out, lse};
   const AttentionKernel k = chosen_kernel(a, /*fast=*/true);
   if (launch_fused(k, a, out, lse)) return {out, lse};
-  static auto quant_v = c10::Dispatcher::singleton()
-                            .findSchemaOrThrow("sage::quant_v_fp8", "")
-                            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view)>();
-  const auto [v_fp8, v_scale] = quant_v.call(v, layout_view);
+  const auto [v_fp8, v_scale] = quant_v_fp8_op().call(v, layout_view);
   const AttentionArgs given = check_attention_args(q_int8, q_scale, k_int8, k_scale, v_fp8, v_scale, qo_len, layout,
                                                    is_causal, out_dtype);
   return launch_chosen(k, given, out, lse, arch);

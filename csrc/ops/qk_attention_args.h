@@ -1,6 +1,7 @@
-// Arguments of sage::qk_int8_attention, checked and allocated the same way by every backend.
+// Arguments of sage::qk_int8_attention, checked and allocated the same way by every backend; the fast mode's V step.
 #pragma once
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
 #include <string>
@@ -23,5 +24,9 @@ AttentionArgs check_attention_args(const at::Tensor& q_int8, const at::Tensor& q
 
 // out in the layout of v with qo_len tokens and heads_q heads (contiguous), lse [B, Hq, qo_len] float32.
 std::tuple<at::Tensor, at::Tensor> allocate_attention_out(const AttentionArgs& a);
+
+// sage::quant_v_fp8 through the dispatcher (v -> v_fp8, v_scale): the fast mode's V step wherever it is not fused.
+using QuantVSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, c10::string_view);
+const c10::TypedOperatorHandle<QuantVSignature>& quant_v_fp8_op();
 
 }  // namespace sage
