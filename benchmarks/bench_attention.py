@@ -80,6 +80,22 @@ def fa3_interface():
     return flash_attn_func
 
 
+def triton_as_sm89(q, k, v, causal, fp8):
+    """sage::attention's steps (HND, default scale, smooth_k) with the attention by the Triton JIT compiled as for
+    sm_89 (mma.sync; see methods())."""
+    from torch_sage.attention_configs import attention_config
+    from torch_sage.triton_attention import qk_int8_attention_triton
+
+    q_int8, q_scale, k_int8, k_scale, _ = torch.ops.sage.quant_qk_int8(q, k, "HND", q.size(3) ** -0.5, True)
+    v_scale = None
+    if fp8:
+        v, v_scale = torch.ops.sage.quant_v_fp8(v, "HND")
+    config = attention_config("sm_89", q_int8.size(3), fp8)
+    with env_setting(DISABLE_MMA_V3="1"):
+        return qk_int8_attention_triton(q_int8, q_scale, k_int8, k_scale, v, v_scale, q.size(2), "HND", causal,
+                                        q.dtype, config=config)[0]
+
+
 def methods():
     m = {
         "sage-auto": lambda q, k, v, c: torch_sage.attention(q, k, v, is_causal=c),
@@ -100,6 +116,11 @@ def methods():
                 with env_setting(**setting):
                     return torch_sage.attention(q, k, v, is_causal=c, pv_mode=mode)
             m[f"sage-{name}-{mode}"] = run
+    for mode in ("auto", "fp8") if sm90 else ():
+        # Our Triton kernel as an sm_80-sm_89 card runs it: Triton's mma.sync code (DISABLE_MMA_V3=1, a Triton
+        # compile setting) with the sm_89 entry of the tile table, under the JIT: the fair match on sm_90 for the mma
+        # kernel forced (issue 41), both mma.sync code, where the precompiled Triton kernel runs wgmma.
+        m[f"sage-tritonmma-{mode}"] = lambda q, k, v, c, mode=mode: triton_as_sm89(q, k, v, c, mode == "fp8")
     for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
         def run(q, k, v, c, backend=backend):
             with sdpa_kernel(backend):
