@@ -48,7 +48,7 @@ def test_which_kernel_each_setting_runs(monkeypatch, setting, expect):
     if setting is None:
         monkeypatch.delenv("SAGEATTN_SK1_MMA")
         cc = torch.cuda.get_device_capability()
-        # the default GPUs (kernel_choice.h), once kMmaDefaultOn
+        # the accurate mode's default (kernel_choice.h mma_default): the mma kernel on no GPU today
         expect = torch.ops.sage._attention_kernel_choice(cc[0] * 10 + cc[1], False, 128, 1000, 1000, True,
                                                          True) == "mma"
     else:

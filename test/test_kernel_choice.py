@@ -17,18 +17,13 @@ def default_settings(monkeypatch):
     monkeypatch.delenv("SAGEATTN_SK1_SM90", raising=False)
 
 
-def mma_default_on():
-    """kernel_choice.h kMmaDefaultOn, read off the rule: SAGEATTN_SK1_MMA unset on an sm_89."""
-    return choice(89) == "mma"
-
-
 @pytest.mark.parametrize("arch", [80, 86, 87, 89, 120, 121])
-def test_mma_kernel_is_the_default_from_ampere_on_but_hopper(arch):
-    expect = "mma" if mma_default_on() else "triton"
-    assert choice(arch) == expect
-    assert choice(arch, d=64, n=256) == expect
-    # e4m3 tensor cores from sm_89 on; Ampere's fast mode is the Triton kernel's.
-    assert choice(arch, fast=True) == (expect if arch >= 89 else "triton")
+def test_the_mma_kernel_is_the_fast_modes_default_from_ada_on_but_hopper(arch):
+    # kernel_choice.h kMmaDefaultFast / kMmaDefaultAccurate (docs/FINDINGS.md F61): the accurate mode keeps the
+    # Triton kernel; the fast mode needs e4m3 tensor cores (sm_89 on), Ampere's is the Triton kernel's.
+    assert choice(arch) == "triton" and choice(arch, d=64, n=256) == "triton"
+    expect = "mma" if arch >= 89 else "triton"
+    assert choice(arch, fast=True) == expect and choice(arch, fast=True, d=64, n=256) == expect
 
 
 def test_hopper_runs_the_sm90_kernel_in_its_measured_schedule():
@@ -53,7 +48,7 @@ def test_settings(monkeypatch):
     assert choice(90) == "mma" and choice(90, fast=True, n=256) == "mma" and choice(100) == "mma"
     assert choice(86, fast=True) == "triton"  # no e4m3 tensor cores, forced or not
     monkeypatch.setenv("SAGEATTN_SK1_MMA", "0")
-    assert choice(89) == "triton" and choice(90) == "sm90-ws"
+    assert choice(89) == "triton" and choice(89, fast=True) == "triton" and choice(90) == "sm90-ws"
     monkeypatch.delenv("SAGEATTN_SK1_MMA")
     monkeypatch.setenv("SAGEATTN_SK1_SM90", "1")
     assert choice(90) == "sm90" and choice(90, fast=True, n=256) == "sm90"
@@ -80,3 +75,4 @@ def test_builds_without_a_hand_written_kernel_fall_back(monkeypatch):
     monkeypatch.delenv("SAGEATTN_SK1_MMA")
     assert choice(90, sm90_built=False) == "triton"
     assert choice(90, sm90_built=False, mma_built=True) == "triton"  # the mma kernel only where it is the default
+    assert choice(89, fast=True) == "mma" and choice(89, fast=True, mma_built=False) == "triton"

@@ -10,8 +10,8 @@ namespace sage {
 // wherever it can run in the serial (kForce) or warp-specialized (kForceWs) schedule, or never (kOff).
 enum class Sm90Use { kOff, kAuto, kForce, kForceWs };
 // SAGEATTN_SK1_MMA (parsed in settings.cpp): the hand-written mma.sync kernel on the GPUs it is made for, sm_80 to
-// sm_89 and sm_120/121 (kAuto, once kMmaDefaultOn), on every NVIDIA GPU from sm_80 on, sm_90 included (kForce, for
-// tests and benchmarks on the H100), or never (kOff).
+// sm_89 and sm_120/121, in the modes mma_default names (kAuto); on every NVIDIA GPU from sm_80 on, sm_90 included, in
+// both modes (kForce, for tests and benchmarks on the H100); or never (kOff).
 enum class MmaUse { kOff, kAuto, kForce };
 
 struct KernelSettings {
@@ -46,19 +46,24 @@ constexpr int64_t kMinWsTokens = 4096;
 // The GPUs the mma kernel is made to be the default on.
 constexpr bool mma_target_arch(int arch) { return (arch >= 80 && arch < 90) || arch == 120 || arch == 121; }
 
-// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs. Not yet: no card it is made for has run it, and
-// on the H100 it is slower than the precompiled Triton kernel (which runs wgmma there); SAGEATTN_SK1_MMA=1 runs it
-// meanwhile (issue 41).
-constexpr bool kMmaDefaultOn = false;
+// Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs, per mode. No card it is made for has run it, so
+// the choice rests on the H100, where it and the Triton kernel compiled as mma.sync code (its code on those cards)
+// both run: the fast mode there is 1.2-1.3x faster in the mma kernel at head_dim 128 and level at 64, the accurate
+// mode 8% slower to 22% faster by shape (docs/FINDINGS.md F61). So the fast mode runs it and the accurate mode keeps
+// the Triton kernel until the mma kernel is ahead there too (issue 41).
+constexpr bool kMmaDefaultAccurate = false;
+constexpr bool kMmaDefaultFast = true;
 
-constexpr bool mma_default_arch(int arch) { return kMmaDefaultOn && mma_target_arch(arch); }
+constexpr bool mma_default(int arch, bool fast) {
+  return (fast ? kMmaDefaultFast : kMmaDefaultAccurate) && mma_target_arch(arch);
+}
 
 // The kernel for a call. A hand-written kernel chosen here may still refuse the call for what the choice does not
 // read (alignment, grid limits, no image for the device): its launcher then says so and the Triton kernel runs.
 inline AttentionKernel choose_kernel(const KernelCall& c, const KernelSettings& s, const BuiltKernels& built) {
   const bool tiles = c.head_dim_pad == 64 || c.head_dim_pad == 128;  // both hand-written kernels' head_dims
   if (!tiles || c.arch == 0) return AttentionKernel::kTriton;
-  const bool mma_on = built.mma && (s.mma == MmaUse::kForce || (s.mma == MmaUse::kAuto && mma_default_arch(c.arch)));
+  const bool mma_on = built.mma && (s.mma == MmaUse::kForce || (s.mma == MmaUse::kAuto && mma_default(c.arch, c.fast)));
   // The mma kernel's fast mode needs e4m3 tensor cores (sm_89 and newer); on sm_80 / sm_86 it is the Triton kernel's.
   if (mma_on && c.arch >= 80 && (!c.fast || c.arch >= 89)) return AttentionKernel::kMma;
   if (built.sm90 && c.arch == 90 && s.sm90 != Sm90Use::kOff) {
