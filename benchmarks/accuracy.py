@@ -12,7 +12,8 @@ python benchmarks/accuracy.py [--device cpu|cuda] [--csv out.csv] [--sweep shape
     with a per-channel offset of 1, 4 and 10 times randn(D).
 --sweep guard: issue 45's study. For inputs inside and outside the documented bounds, the measured error of the
     accurate mode beside an estimate of the score error that INT8 quantization causes, computed only from what the
-    prologue sees (quantization_error_estimate): whether one threshold on it separates the two kinds.
+    prologue sees (quantization_error_estimate), and the same from the prologue's scales alone: whether one threshold
+    on it separates the two kinds.
 --sweep guard-remedies: the same inputs, the estimate taken per query block; the rows of the blocks it flags
     computed with the key mean subtracted (where smooth_k=False), one q scale a token, 16-bit or float32 Q.K^T:
     which of these brings each input into the bound.
@@ -163,6 +164,18 @@ def block_error_estimates(q, k, sm_scale, smooth_k):
     return (d / 12 * var.amax(-1)).sqrt()
 
 
+def scales_only_block_estimates(q, k, sm_scale, smooth_k):
+    """block_error_estimates with each rms replaced by its bound 127 * scale, so from the prologue's q_scale and
+    k_scale alone (what a kernel after it could read, no new statistic): sqrt(D / 6) * 127 * s_q * max s_k."""
+    from torch_sage.contract import LOG2E
+
+    q16, k16 = (t.bfloat16() if t.dtype == torch.float32 else t for t in (q, k))  # as the op computes float32
+    _, q_scale, _, k_scale, _ = torch.ops.sage.quant_qk_int8(q16, k16, "HND", sm_scale, smooth_k)
+    group = q_scale.shape[1] // k_scale.shape[1]
+    k_max = k_scale.double().amax(-1).repeat_interleave(group, 1)[..., None]
+    return math.sqrt(q.shape[-1] / 6) * 127 * (q_scale.double() / LOG2E) * k_max  # q_scale carries log2(e)
+
+
 def quantization_error_estimate(q, k, sm_scale, smooth_k):
     """The call's figure: the largest of block_error_estimates."""
     return block_error_estimates(q, k, sm_scale, smooth_k).max().item()
@@ -196,15 +209,17 @@ def guard_cases():
 
 def sweep_guard(device):
     print("accurate mode; bound (docs/SEMANTICS.md): cosine >= 0.9999, rel L1 <= 0.015")
-    print(f"{'input':>36s}{'cosine':>11s}{'rel L1':>9s}{'estimate':>10s}{'in bound':>10s}")
+    print(f"{'input':>36s}{'cosine':>11s}{'rel L1':>9s}{'estimate':>10s}{'scales only':>12s}{'in bound':>10s}")
     rows = []
     for label, q, k, v, scale, smooth_k in guard_cases():
         _, ref = exact(q, k, v, False, scale)
         cos, l1 = metrics(sage(q, k, v, device, False, scale, "fp16", smooth_k), ref)
         est = quantization_error_estimate(q, k, scale, smooth_k)
+        est_scales = scales_only_block_estimates(q, k, scale, smooth_k).max().item()
         ok = cos >= 0.9999 and l1 <= 0.015
-        print(f"{label:>36s}{cos:11.6f}{l1:9.5f}{est:10.4f}{str(ok):>10s}")
-        rows.append(dict(input=label, cosine=cos, rel_l1=l1, estimate=est, in_bound=ok, device=device))
+        print(f"{label:>36s}{cos:11.6f}{l1:9.5f}{est:10.4f}{est_scales:12.4f}{str(ok):>10s}")
+        rows.append(dict(input=label, cosine=cos, rel_l1=l1, estimate=est, scales_only_estimate=est_scales,
+                         in_bound=ok, device=device))
     return rows
 
 
