@@ -140,8 +140,8 @@ def block_error_estimates(q, k, sm_scale, smooth_k):
     """[B, Hq, query blocks]: per query block, the largest estimated standard deviation (in nats) of a score's INT8
     rounding error over the key blocks of its head, from per-block statistics only: each element's rounding error
     is uniform in +-scale/2 (variance scale^2 / 12), so q.k's error over D channels has variance D/12 * (rms_q^2
-    s_k^2 + rms_k^2 s_q^2), with q scaled by sm_scale as the prologue quantizes it, k after smoothing. The largest
-    term over key blocks needs only each head's largest s_k and rms_k, which a prologue can reduce as it goes."""
+    s_k^2 + rms_k^2 s_q^2), with q scaled by sm_scale as the prologue quantizes it, k after smoothing; each term
+    taken at the head's largest s_k and rms_k (which a prologue can reduce as it goes), not the sum's largest."""
     from torch_sage.contract import BLOCK_K, BLOCK_Q
 
     q = q.double() * sm_scale
@@ -160,8 +160,9 @@ def block_error_estimates(q, k, sm_scale, smooth_k):
     rms_q, rms_k = qb.pow(2).mean(-1).sqrt(), kb.pow(2).mean(-1).sqrt()
     group = q.shape[1] // k.shape[1]
     s_k, rms_k = s_k.repeat_interleave(group, 1), rms_k.repeat_interleave(group, 1)
-    var = (rms_q[..., :, None] * s_k[..., None, :]) ** 2 + (rms_k[..., None, :] * s_q[..., :, None]) ** 2
-    return (d / 12 * var.amax(-1)).sqrt()
+    # Each term's largest over the key blocks (the head's largest s_k and rms_k), an upper bound of the largest sum.
+    var = (rms_q * s_k.amax(-1, keepdim=True)) ** 2 + (rms_k.amax(-1, keepdim=True) * s_q) ** 2
+    return (d / 12 * var).sqrt()
 
 
 def scales_only_block_estimates(q, k, sm_scale, smooth_k):
