@@ -13,14 +13,16 @@ python benchmarks/accuracy.py [--device cpu|cuda] [--csv out.csv] [--sweep shape
 --sweep guard: issue 45's study. For inputs inside and outside the documented bounds, the measured error of the
     accurate mode beside an estimate of the score error that INT8 quantization causes, computed only from what the
     prologue sees (quantization_error_estimate), and the same from the prologue's scales alone: whether one threshold
-    on it separates the two kinds.
+    on it separates the two kinds; and each input with the guard on (SAGEATTN_SK1_GUARD=on, CPU only so far).
 --sweep guard-remedies: the same inputs, the estimate taken per query block; the rows of the blocks it flags
     computed with the key mean subtracted (where smooth_k=False), one q scale a token, 16-bit or float32 Q.K^T:
     which of these brings each input into the bound.
 """
 import argparse
+import contextlib
 import csv
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -208,19 +210,41 @@ def guard_cases():
         yield f"smooth_k=False, key offset {offset:g}", q.bfloat16(), k.bfloat16(), v.bfloat16(), 128 ** -0.5, False
 
 
+@contextlib.contextmanager
+def guard_setting(value):
+    old = os.environ.get("SAGEATTN_SK1_GUARD")
+    os.environ["SAGEATTN_SK1_GUARD"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["SAGEATTN_SK1_GUARD"]
+        else:
+            os.environ["SAGEATTN_SK1_GUARD"] = old
+
+
 def sweep_guard(device):
     print("accurate mode; bound (docs/SEMANTICS.md): cosine >= 0.9999, rel L1 <= 0.015")
-    print(f"{'input':>36s}{'cosine':>11s}{'rel L1':>9s}{'estimate':>10s}{'scales only':>12s}{'in bound':>10s}")
+    print("guarded: SAGEATTN_SK1_GUARD=on (CPU), its cosine / rel L1 and the query blocks it computed again")
+    print(f"{'input':>36s}{'cosine':>11s}{'rel L1':>9s}{'estimate':>10s}{'scales only':>12s}{'in bound':>10s}"
+          f"{'guarded':>22s}{'blocks':>8s}")
     rows = []
     for label, q, k, v, scale, smooth_k in guard_cases():
         _, ref = exact(q, k, v, False, scale)
-        cos, l1 = metrics(sage(q, k, v, device, False, scale, "fp16", smooth_k), ref)
+        with guard_setting("off"):
+            cos, l1 = metrics(sage(q, k, v, device, False, scale, "fp16", smooth_k), ref)
         est = quantization_error_estimate(q, k, scale, smooth_k)
         est_scales = scales_only_block_estimates(q, k, scale, smooth_k).max().item()
         ok = cos >= 0.9999 and l1 <= 0.015
-        print(f"{label:>36s}{cos:11.6f}{l1:9.5f}{est:10.4f}{est_scales:12.4f}{str(ok):>10s}")
+        blocks = torch_sage.guard_counts()["blocks"]
+        with guard_setting("on"):
+            g_cos, g_l1 = metrics(sage(q, k, v, device, False, scale, "fp16", smooth_k), ref)
+        blocks = torch_sage.guard_counts()["blocks"] - blocks
+        print(f"{label:>36s}{cos:11.6f}{l1:9.5f}{est:10.4f}{est_scales:12.4f}{str(ok):>10s}"
+              f"{g_cos:12.6f} /{g_l1:8.5f}{blocks:8d}")
         rows.append(dict(input=label, cosine=cos, rel_l1=l1, estimate=est, scales_only_estimate=est_scales,
-                         in_bound=ok, device=device))
+                         in_bound=ok, guarded_cosine=g_cos, guarded_rel_l1=g_l1, guarded_blocks=blocks,
+                         device=device))
     return rows
 
 

@@ -17,7 +17,7 @@ import random
 import pytest
 import torch
 
-from conftest import BOUNDS, accuracy, as_computed, exact_attention, gpu_device
+from conftest import BOUNDS, accuracy, as_computed, exact_attention, gpu_device, mode_bound
 
 N_CASES = int(os.environ.get("SAGE_RANDOM_CASES", "300"))
 SEED = int(os.environ.get("SAGE_RANDOM_SEED", "0"))
@@ -77,23 +77,6 @@ def _strided(t, view, layout, gen):
     return out
 
 
-def _e4m3_floor(q, k, v, causal, scale):
-    """(cosine, rel L1) of exact attention with only P (times 448) and V (per-channel scale over all keys) rounded
-    to e4m3 against exact attention, all in float64, inputs [B, H, N, D] with GQA."""
-    q, k, v = (t.double() for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    s = q @ k.transpose(-1, -2) * scale
-    if causal:
-        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
-    p = torch.exp(s - s.amax(-1, keepdim=True))
-    vs = v.abs().amax(2, keepdim=True) / 448
-    vs = torch.where(vs > 0, vs, torch.ones_like(vs))
-    e4 = lambda x: x.clamp(-448, 448).to(torch.float8_e4m3fn).double()  # noqa: E731
-    approx = (e4(p * 448) / 448) @ (e4(v / vs) * vs) / p.sum(-1, keepdim=True)
-    return accuracy(approx, torch.softmax(s, -1) @ v)
-
-
 def check_case(c, device):
     gen = torch.Generator().manual_seed(c["seed"])
     d = c["d"]
@@ -117,11 +100,7 @@ def check_case(c, device):
     assert torch.isfinite(out).all()
 
     cos, l1 = accuracy(out, ref)
-    min_cos, max_l1 = BOUNDS[c["mode"]]
-    if c["mode"] == "fp8":
-        floor_cos, floor_l1 = _e4m3_floor(qc, kc, vc, c["causal"], scale or 1 / math.sqrt(d))
-        max_l1 = max(max_l1, 1.15 * floor_l1)
-        min_cos = min(min_cos, 1 - 1.3 * (1 - floor_cos))
+    min_cos, max_l1 = mode_bound(c["mode"], qc, kc, vc, c["causal"], scale or 1 / math.sqrt(d))
     assert cos >= min_cos and l1 <= max_l1, f"{_case_id(c)}: cosine {cos:.6f} (>= {min_cos:.6f}), rel L1 {l1:.5f} " \
                                             f"(<= {max_l1:.5f})"
 

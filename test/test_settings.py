@@ -6,7 +6,7 @@ import torch
 import torch_sage
 
 SETTINGS = ("SAGEATTN_SK1_PROLOGUE", "SAGEATTN_SK1_SM90", "SAGEATTN_SK1_MMA", "SAGEATTN_SK1_OVERLAP",
-            "SAGEATTN_SK1_GFX1200")
+            "SAGEATTN_SK1_GFX1200", "SAGEATTN_SK1_GUARD")
 
 
 def reads():

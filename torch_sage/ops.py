@@ -1,5 +1,5 @@
 """Typed Python entry points of the sage ops, and their fake kernels (shapes only, for tracing)."""
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -65,6 +65,13 @@ def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, tensor_layout: str = "HN
         return _call_without_heads(torch.ops.sage.attention_with_lse, q, k, v, tensor_layout, is_causal, sm_scale,
                                    smooth_k, pv_mode)
     return torch.ops.sage.attention_with_lse(q, k, v, tensor_layout, is_causal, sm_scale, smooth_k, pv_mode)
+
+
+def guard_counts() -> Dict[str, int]:
+    """How often the accuracy guard (SAGEATTN_SK1_GUARD=on, docs/SEMANTICS.md) acted in this process: the calls it
+    changed and the query blocks (of 128 queries) it computed again."""
+    calls, blocks = torch.ops.sage._guard_counts()
+    return {"calls": calls, "blocks": blocks}
 
 
 @torch.library.register_fake("sage::_quant_qk_int8_triton")

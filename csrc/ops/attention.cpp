@@ -11,6 +11,7 @@
 #include "input_checks.h"
 #include "settings.h"
 #include "prologue_outputs.h"
+#include "guard.h"
 #if defined(SAGE_WITH_GPU)
 #include "gpu_attention.h"
 #include "gpu_prologue.h"
@@ -132,6 +133,9 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   const std::string layout(layout_view);
   const bool hnd = is_hnd_layout(layout);
   check_qkv(q, k, &v, hnd, /*allow_fp32=*/true);
+  const bool guard = call_settings().guard;
+  TORCH_CHECK(!guard || q.is_cpu(), "sage: SAGEATTN_SK1_GUARD=on runs on the CPU only so far (its GPU kernels are not "
+              "built yet); unset it, or set it to \"off\", for a call on ", q.device());
   PvMode mode = resolve_pv_mode(std::string(pv_mode));
 #if defined(SAGE_WITH_GPU)
   if (mode == PvMode::kFp8 && q.is_cuda() && !gpu_has_e4m3(q.device())) {
@@ -179,6 +183,7 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
     const at::Tensor mean = group == 1 ? k_mean : k_mean.repeat_interleave(group, 1);
     lse.add_(at::matmul(q_hnd.to(at::kFloat), mean.unsqueeze(-1)).squeeze(-1), scale);
   }
+  if (guard) guard_cpu(q, k, q16, k16, v16, hnd, is_causal, scale, smooth_k, out, lse);
   return {out, lse};
 }
 

@@ -57,6 +57,12 @@ Settings read_settings() {
   TORCH_CHECK(gfx1200.empty() || gfx1200 == "0" || gfx1200 == "1",
               "sage: SAGEATTN_SK1_GFX1200 must be \"1\" (use gfx1200) or \"0\" / unset, got \"", gfx1200, "\"");
   s.gfx1200 = gfx1200 == "1";
+
+  const std::string guard = env("SAGEATTN_SK1_GUARD");
+  TORCH_CHECK(guard.empty() || guard == "off" || guard == "on",
+              "sage: SAGEATTN_SK1_GUARD must be \"on\" (the query blocks INT8 would get wrong are computed with "
+              "Q.K^T in the inputs' precision; CPU only so far) or \"off\" / unset, got \"", guard, "\"");
+  s.guard = guard == "on";
   return s;
 }
 

@@ -13,6 +13,7 @@ struct Settings {
   KernelSettings kernels;        // SAGEATTN_SK1_SM90, SAGEATTN_SK1_MMA (kernel_choice.h)
   bool overlap_launches = true;  // SAGEATTN_SK1_OVERLAP: "0" off; unset, empty or "1" on (compat.h launch())
   bool gfx1200 = false;          // SAGEATTN_SK1_GFX1200: "1" opts in; unset, empty or "0" not (arch_rules.h)
+  bool guard = false;            // SAGEATTN_SK1_GUARD: "on" (CPU only, so far); unset, empty or "off" not (guard.h)
 };
 
 // Reads and validates every variable, whatever the device: an invalid value raises, naming it and its values.
