@@ -8,8 +8,8 @@ namespace sage {
 namespace guard {
 
 // Largest estimated standard deviation, in nats, of a score's INT8 rounding error that the accurate mode's bound
-// (cosine 0.9999, rel L1 0.015) absorbs: the documented inputs reach 0.0162, sm_scale 1.25x the default (just out
-// of the bound) 0.0179 (benchmarks/accuracy.py --sweep guard, docs/FINDINGS.md F56 / F62).
+// (cosine 0.9999, rel L1 0.015) absorbs: between the largest the documented inputs reach and that of sm_scale 1.25x
+// the default, the first to leave the bound (benchmarks/accuracy.py --sweep guard; docs/FINDINGS.md).
 constexpr double kThresholdNats = 0.017;
 
 // Each element's rounding error is uniform in +-scale/2 (variance scale^2 / 12), so q.k over D channels errs with

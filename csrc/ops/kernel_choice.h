@@ -47,10 +47,9 @@ constexpr int64_t kMinWsTokens = 4096;
 constexpr bool mma_target_arch(int arch) { return (arch >= 80 && arch < 90) || arch == 120 || arch == 121; }
 
 // Whether SAGEATTN_SK1_MMA unset runs the mma kernel on those GPUs, per mode. No card it is made for has run it, so
-// the choice rests on the H100, where it and the Triton kernel compiled as mma.sync code (its code on those cards)
-// both run: the fast mode there is 1.2-1.3x faster in the mma kernel at head_dim 128 and level at 64, the accurate
-// mode 8% slower to 22% faster by shape (docs/FINDINGS.md F61). So the fast mode runs it and the accurate mode keeps
-// the Triton kernel until the mma kernel is ahead there too (issue 41).
+// the choice rests on the H100, where it and the Triton kernel compiled as mma.sync code (that kernel's code on those
+// cards) both run: there the mma kernel was faster in the fast mode, and in the accurate mode not at every shape
+// (docs/FINDINGS.md). So the fast mode runs it, and the accurate mode keeps the Triton kernel until it is ahead.
 constexpr bool kMmaDefaultAccurate = false;
 constexpr bool kMmaDefaultFast = true;
 
