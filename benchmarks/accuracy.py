@@ -14,6 +14,7 @@ python benchmarks/accuracy.py [--device cpu|cuda] [--csv out.csv] [--sweep shape
     accurate mode beside an estimate of the score error that INT8 quantization causes, computed only from what the
     prologue sees (quantization_error_estimate), and the same from the prologue's scales alone: whether one threshold
     on it separates the two kinds; and each input with the guard on (SAGEATTN_SK1_GUARD=on, CPU only so far).
+--sweep guard-lengths: the guard's estimate on documented inputs from 1024 to 65536 tokens, head_dim 64-256.
 --sweep guard-remedies: the same inputs, the estimate taken per query block; the rows of the blocks it flags
     computed with the key mean subtracted (where smooth_k=False), one q scale a token, 16-bit or float32 Q.K^T:
     which of these brings each input into the bound.
@@ -139,32 +140,30 @@ def sweep_smooth_k(device):
 
 
 def block_error_estimates(q, k, sm_scale, smooth_k):
-    """[B, Hq, query blocks]: per query block, the largest estimated standard deviation (in nats) of a score's INT8
-    rounding error over the key blocks of its head, from per-block statistics only: each element's rounding error
-    is uniform in +-scale/2 (variance scale^2 / 12), so q.k's error over D channels has variance D/12 * (rms_q^2
-    s_k^2 + rms_k^2 s_q^2), with q scaled by sm_scale as the prologue quantizes it, k after smoothing; each term
-    taken at the head's largest s_k and rms_k (which a prologue can reduce as it goes), not the sum's largest."""
+    """[B, Hq, query blocks]: per query block, the estimated standard deviation (in nats) of a score's INT8 rounding
+    error, from per-block statistics only (the guard's rule, csrc/guard_rules.h): each element's rounding error is
+    uniform in +-scale/2 (variance scale^2 / 12), so q.k's error over D channels has variance D/12 * (rms_q^2 s_k^2
+    + rms_k^2 s_q^2), with q scaled by sm_scale as the prologue quantizes it (its 16-bit values), k after smoothing;
+    s = block absmax / 127, rms over a block's real rows; the key side is the root mean square over the head's key
+    blocks of s_k and of rms_k."""
     from torch_sage.contract import BLOCK_K, BLOCK_Q
 
-    q = q.double() * sm_scale
-    k = k.double()
+    q16, k16 = (t.bfloat16() if t.dtype == torch.float32 else t for t in (q, k))  # as the op computes float32
+    q, k = q16.double() * sm_scale, k16.double()
     if smooth_k:
         k = k - k.mean(2, keepdim=True)
     d = q.shape[-1]
 
-    def blocks(t, size):  # [B, H, blocks, size * D], zero-padded like the prologue's int8 tensors
+    def stats(t, size):  # per block of size tokens: absmax / 127 and rms over the real rows, [B, H, blocks]
         n = t.shape[2]
-        t = F.pad(t, (0, 0, 0, (-n) % size))
-        return t.reshape(t.shape[0], t.shape[1], -1, size * d)
+        b = F.pad(t, (0, 0, 0, (-n) % size)).reshape(t.shape[0], t.shape[1], -1, size * d)
+        rows = torch.clamp(n - size * torch.arange(b.shape[2]), max=size).double()
+        return b.abs().amax(-1) / 127, (b.pow(2).sum(-1) / (rows * d)).sqrt()
 
-    qb, kb = blocks(q, BLOCK_Q), blocks(k, BLOCK_K)
-    s_q, s_k = qb.abs().amax(-1) / 127, kb.abs().amax(-1) / 127
-    rms_q, rms_k = qb.pow(2).mean(-1).sqrt(), kb.pow(2).mean(-1).sqrt()
+    (s_q, rms_q), (s_k, rms_k) = stats(q, BLOCK_Q), stats(k, BLOCK_K)
     group = q.shape[1] // k.shape[1]
-    s_k, rms_k = s_k.repeat_interleave(group, 1), rms_k.repeat_interleave(group, 1)
-    # Each term's largest over the key blocks (the head's largest s_k and rms_k), an upper bound of the largest sum.
-    var = (rms_q * s_k.amax(-1, keepdim=True)) ** 2 + (rms_k.amax(-1, keepdim=True) * s_q) ** 2
-    return (d / 12 * var).sqrt()
+    mean_s_k, mean_rms_k = (x.pow(2).mean(-1, keepdim=True).sqrt().repeat_interleave(group, 1) for x in (s_k, rms_k))
+    return (d / 12 * ((rms_q * mean_s_k) ** 2 + (mean_rms_k * s_q) ** 2)).sqrt()
 
 
 def scales_only_block_estimates(q, k, sm_scale, smooth_k):
@@ -248,7 +247,7 @@ def sweep_guard(device):
     return rows
 
 
-# The threshold of the guard study (F56: between the documented inputs' 0.0161 and sm_scale x1.25's 0.0178).
+# The guard's threshold (csrc/guard_rules.h kThresholdNats), for the studies here.
 GUARD_THRESHOLD = 0.017
 
 
@@ -281,6 +280,24 @@ def per_row_q(q, k, v, sm_scale, smooth_k):
     v16 = v if v.dtype in (torch.float16, torch.bfloat16) else v.bfloat16()
     p = torch.exp(s - s.amax(-1, keepdim=True))
     return (p.to(v16.dtype).double() @ v16.double()) / p.sum(-1, keepdim=True)
+
+
+def sweep_guard_lengths(device):
+    """The guard's estimate on documented inputs (q ~ randn, k ~ randn + 4 randn(D), default scale, float16) at the
+    lengths and head_dims of real models: its largest block against the threshold (estimates only, no attention)."""
+    from torch_sage.contract import BLOCK_Q
+
+    print(f"documented inputs, B=1, H=2, float16; threshold {GUARD_THRESHOLD}")
+    print(f"{'D':>5s}{'N':>8s}{'largest':>10s}{'flagged':>10s}")
+    rows = []
+    for d in (64, 128, 256):
+        for n in (1024, 4096, 16384, 65536):
+            q, k, _ = inputs(1, 2, n, d, seed=d + n)
+            est = block_error_estimates(q.half(), k.half(), 1 / math.sqrt(d), True)
+            flagged = int((est > GUARD_THRESHOLD).sum())
+            print(f"{d:5d}{n:8d}{est.max().item():10.5f}{flagged:6d}/{2 * -(-n // BLOCK_Q)}")
+            rows.append(dict(head_dim=d, tokens=n, largest=est.max().item(), flagged=flagged, device=device))
+    return rows
 
 
 def sweep_guard_remedies(device):
@@ -321,10 +338,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--csv")
-    p.add_argument("--sweep", choices=["shapes", "scale", "smooth_k", "guard", "guard-remedies"], default="shapes")
+    p.add_argument("--sweep", choices=["shapes", "scale", "smooth_k", "guard", "guard-remedies", "guard-lengths"],
+                   default="shapes")
     args = p.parse_args()
     sweeps = {"shapes": sweep_shapes, "scale": sweep_scale, "smooth_k": sweep_smooth_k, "guard": sweep_guard,
-              "guard-remedies": sweep_guard_remedies}
+              "guard-remedies": sweep_guard_remedies, "guard-lengths": sweep_guard_lengths}
     rows = sweeps[args.sweep](args.device)
     if args.csv:
         with open(args.csv, "w", newline="") as f:

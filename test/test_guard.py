@@ -95,6 +95,29 @@ def test_inputs_out_of_the_bound_are_brought_into_it(monkeypatch, kind, mode, se
         assert (lse.double() - ref_lse).abs().max().item() < 1e-2
 
 
+@pytest.mark.parametrize("nq", [1, 7, 40])
+def test_few_queries_are_flagged_like_many(guard, nq):
+    """A block's rms is over its real rows: a call of a few queries (decoding) is not diluted by the padding."""
+    q, k, v = make_qkv(1, 2, 2, nq, 300, 64, seed=nq)
+    scale = 2 / 8  # twice the default: out of the bound at any length
+    before = blocks_done()
+    out, _ = run(q, k, v, sm_scale=scale)
+    assert blocks_done() - before == 2
+    assert_accurate(out, exact_attention(q, k, v, sm_scale=scale)[0], "fp16")
+
+
+def test_an_infinite_query_value_leaves_the_other_rows_finite(guard):
+    """Its block's estimate is not finite, so the block is flagged: only the row SDPA makes non-finite is, also
+    when smoothing leaves the keys all zero (identical keys)."""
+    for nk in (1, 5, 300):
+        q, k, v = make_qkv(1, 1, 1, 200, nk, 64, seed=nk)
+        if nk < 300:
+            k = k[:, :, :1].expand_as(k).contiguous()
+        q[0, 0, 3, 7] = float("inf")
+        out = torch_sage.attention(q, k, v)
+        assert (~torch.isfinite(out)).any(-1).sum().item() == 1
+
+
 @pytest.mark.parametrize("layout", ["HND", "NHD"])
 def test_guarded_rows_keep_causal_gqa_and_layout(guard, layout):
     q, k, v = make_qkv(2, 6, 2, 300, 450, 80, dtype=torch.bfloat16, layout=layout, seed=3)

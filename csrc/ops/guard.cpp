@@ -4,7 +4,9 @@
 
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <vector>
 
 #include "../contract.h"
@@ -18,35 +20,39 @@ std::atomic<int64_t> guarded_calls{0}, guarded_blocks{0};
 
 at::Tensor as_hnd(const at::Tensor& t, bool hnd) { return hnd ? t : t.transpose(1, 2); }
 
-// [B, H, blocks, size * D] of t, zero-padded to whole blocks of size tokens, as the prologue's int8 tensors are.
-at::Tensor token_blocks(const at::Tensor& t, int64_t size) {
-  const int64_t pad = round_up(t.size(2), size) - t.size(2);
-  const at::Tensor padded = pad == 0 ? t : at::constant_pad_nd(t, {0, 0, 0, pad});
-  return padded.reshape({t.size(0), t.size(1), -1, size * t.size(3)});
+// Per block of size tokens of one head's [N, D] float64 values: absmax / 127, and the rms over the block's real
+// rows (a partial last block is not diluted by its padding).
+std::pair<at::Tensor, at::Tensor> block_stats(const at::Tensor& head, int64_t size) {
+  const int64_t n = head.size(0), d = head.size(1), blocks = (n + size - 1) / size, pad = blocks * size - n;
+  const at::Tensor t = (pad == 0 ? head : at::constant_pad_nd(head, {0, 0, 0, pad})).reshape({blocks, size * d});
+  at::Tensor rows = at::full({blocks}, static_cast<double>(size), t.options());
+  rows[blocks - 1] = static_cast<double>(n - (blocks - 1) * size);
+  return {t.abs().amax(-1) / 127.0, (t.square().sum(-1) / (rows * static_cast<double>(d))).sqrt()};
 }
 
-// absmax / 127 and rms of each block: [B, H, blocks] each, float64.
-std::pair<at::Tensor, at::Tensor> block_stats(const at::Tensor& blocks) {
-  return {blocks.abs().amax(-1) / 127.0, blocks.square().mean(-1).sqrt()};
-}
+double root_mean_square(const at::Tensor& x) { return x.square().mean().sqrt().item<double>(); }
 
-// [B, Hq, query blocks] bool: guard_rules.h's flag of each query block (HND inputs).
+// [B, Hq, query blocks] bool: guard_rules.h's flag of each query block (HND inputs, Nq and Nk > 0). One head at a
+// time, so that the float64 copies stay the size of a head.
 at::Tensor flagged_blocks(const at::Tensor& q16, const at::Tensor& k16, double sm_scale, bool smooth_k) {
-  at::Tensor kd = k16.to(at::kDouble);
-  if (smooth_k) kd = kd - kd.mean({2}, /*keepdim=*/true);
-  const auto [s_q, rms_q] = block_stats(token_blocks(q16.to(at::kDouble) * sm_scale, kBlockQ));
-  const auto [s_k, rms_k] = block_stats(token_blocks(kd, kBlockK));
-  const at::Tensor max_s_k = s_k.amax(-1), max_rms_k = rms_k.amax(-1);  // [B, Hkv]
-  const int64_t group = q16.size(1) / k16.size(1), d = q16.size(3);
-  at::Tensor flags = at::zeros(s_q.sizes(), s_q.options().dtype(at::kBool));
-  const auto sq = s_q.accessor<double, 3>(), rq = rms_q.accessor<double, 3>();
-  const auto msk = max_s_k.accessor<double, 2>(), mrk = max_rms_k.accessor<double, 2>();
+  const int64_t batch = q16.size(0), heads_q = q16.size(1), heads_kv = k16.size(1), d = q16.size(3);
+  const int64_t group = heads_q / heads_kv;
+  at::Tensor flags = at::zeros({batch, heads_q, (q16.size(2) + kBlockQ - 1) / kBlockQ}, q16.options().dtype(at::kBool));
   auto f = flags.accessor<bool, 3>();
-  for (int64_t b = 0; b < s_q.size(0); ++b)
-    for (int64_t h = 0; h < s_q.size(1); ++h)
-      for (int64_t i = 0; i < s_q.size(2); ++i)
-        f[b][h][i] = guard::block_flagged(
-            guard::block_error_variance(d, sq[b][h][i], rq[b][h][i], msk[b][h / group], mrk[b][h / group]));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t hk = 0; hk < heads_kv; ++hk) {
+      at::Tensor kd = k16[b][hk].to(at::kDouble);
+      if (smooth_k) kd = kd - kd.mean({0}, /*keepdim=*/true);
+      const auto [s_k, rms_k] = block_stats(kd, kBlockK);
+      const double mean_s_k = root_mean_square(s_k), mean_rms_k = root_mean_square(rms_k);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const auto [s_q, rms_q] = block_stats(q16[b][h].to(at::kDouble) * sm_scale, kBlockQ);
+        const auto sq = s_q.accessor<double, 1>(), rq = rms_q.accessor<double, 1>();
+        for (int64_t i = 0; i < s_q.size(0); ++i)
+          f[b][h][i] = guard::block_flagged(guard::block_error_variance(d, sq[i], rq[i], mean_s_k, mean_rms_k));
+      }
+    }
+  }
   return flags;
 }
 
@@ -66,14 +72,20 @@ void guard_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& q16, 
   if (hits.empty()) return;
   ++guarded_calls;
   guarded_blocks += static_cast<int64_t>(hits.size() / 3);
-  const at::Tensor qf = qh.to(at::kFloat), kf = kh.to(at::kFloat), vf = as_hnd(v16, hnd).to(at::kFloat);
-  const at::Tensor out_h = as_hnd(out, hnd);
+  const at::Tensor vh = as_hnd(v16, hnd), out_h = as_hnd(out, hnd);
   const int64_t group = qh.size(1) / kh.size(1);
-  const at::Tensor keys = at::arange(kv_len, qf.options().dtype(at::kLong));
+  const at::Tensor keys = at::arange(kv_len, qh.options().dtype(at::kLong));
+  int64_t cached = -1;  // the KV head (b * Hkv + hk) whose float32 k and v are below: hits come in order
+  at::Tensor kf, vf;
   for (size_t n = 0; n < hits.size(); n += 3) {
-    const int64_t b = hits[n], h = hits[n + 1], r0 = hits[n + 2] * kBlockQ;
+    const int64_t b = hits[n], h = hits[n + 1], hk = h / group, r0 = hits[n + 2] * kBlockQ;
     const int64_t rows = std::min<int64_t>(kBlockQ, qo_len - r0);
-    at::Tensor s = at::matmul(qf[b][h].narrow(0, r0, rows), kf[b][h / group].t()).mul_(sm_scale);
+    if (b * kh.size(1) + hk != cached) {
+      cached = b * kh.size(1) + hk;
+      kf = kh[b][hk].to(at::kFloat);
+      vf = vh[b][hk].to(at::kFloat);
+    }
+    at::Tensor s = at::matmul(qh[b][h].narrow(0, r0, rows).to(at::kFloat), kf.t()).mul_(sm_scale);
     if (is_causal) {  // upper-left: query i sees keys 0..i
       const at::Tensor queries = at::arange(r0, r0 + rows, keys.options()).unsqueeze(1);
       s.masked_fill_(keys.unsqueeze(0) > queries, -std::numeric_limits<float>::infinity());
@@ -81,7 +93,7 @@ void guard_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& q16, 
     const at::Tensor m = std::get<0>(s.max(-1, /*keepdim=*/true));
     const at::Tensor p = (s - m).exp_();
     const at::Tensor l = p.sum(-1, /*keepdim=*/true);
-    const at::Tensor o = at::matmul(p.to(v16.scalar_type()).to(at::kFloat), vf[b][h / group]).div_(l);
+    const at::Tensor o = at::matmul(p.to(v16.scalar_type()).to(at::kFloat), vf).div_(l);
     out_h[b][h].narrow(0, r0, rows).copy_(o);
     lse[b][h].narrow(0, r0, rows).copy_((m + l.log()).squeeze(-1));
   }
