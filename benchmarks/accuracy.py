@@ -140,30 +140,10 @@ def sweep_smooth_k(device):
 
 
 def block_error_estimates(q, k, sm_scale, smooth_k):
-    """[B, Hq, query blocks]: per query block, the estimated standard deviation (in nats) of a score's INT8 rounding
-    error, from per-block statistics only (the guard's rule, csrc/guard_rules.h): each element's rounding error is
-    uniform in +-scale/2 (variance scale^2 / 12), so q.k's error over D channels has variance D/12 * (rms_q^2 s_k^2
-    + rms_k^2 s_q^2), with q scaled by sm_scale as the prologue quantizes it (its 16-bit values), k after smoothing;
-    s = block absmax / 127, rms over a block's real rows; the key side is the root mean square over the head's key
-    blocks of s_k and of rms_k."""
-    from torch_sage.contract import BLOCK_K, BLOCK_Q
-
-    q16, k16 = (t.bfloat16() if t.dtype == torch.float32 else t for t in (q, k))  # as the op computes float32
-    q, k = q16.double() * sm_scale, k16.double()
-    if smooth_k:
-        k = k - k.mean(2, keepdim=True)
-    d = q.shape[-1]
-
-    def stats(t, size):  # per block of size tokens: absmax / 127 and rms over the real rows, [B, H, blocks]
-        n = t.shape[2]
-        b = F.pad(t, (0, 0, 0, (-n) % size)).reshape(t.shape[0], t.shape[1], -1, size * d)
-        rows = torch.clamp(n - size * torch.arange(b.shape[2]), max=size).double()
-        return b.abs().amax(-1) / 127, (b.pow(2).sum(-1) / (rows * d)).sqrt()
-
-    (s_q, rms_q), (s_k, rms_k) = stats(q, BLOCK_Q), stats(k, BLOCK_K)
-    group = q.shape[1] // k.shape[1]
-    mean_s_k, mean_rms_k = (x.pow(2).mean(-1, keepdim=True).sqrt().repeat_interleave(group, 1) for x in (s_k, rms_k))
-    return (d / 12 * ((rms_q * mean_s_k) ** 2 + (mean_rms_k * s_q) ** 2)).sqrt()
+    """([B, Hq, query blocks] float64, the same bool): each query block's estimated standard deviation (in nats) of
+    a score's INT8 rounding error and whether the guard flags it: the guard's own rule (csrc/guard_rules.h, through
+    sage::_guard_block_estimates; docs/SEMANTICS.md, "The accuracy guard"). HND inputs."""
+    return torch.ops.sage._guard_block_estimates(q, k, "HND", sm_scale, smooth_k)
 
 
 def scales_only_block_estimates(q, k, sm_scale, smooth_k):
@@ -180,7 +160,7 @@ def scales_only_block_estimates(q, k, sm_scale, smooth_k):
 
 def quantization_error_estimate(q, k, sm_scale, smooth_k):
     """The call's figure: the largest of block_error_estimates."""
-    return block_error_estimates(q, k, sm_scale, smooth_k).max().item()
+    return block_error_estimates(q, k, sm_scale, smooth_k)[0].max().item()
 
 
 def guard_cases():
@@ -247,10 +227,6 @@ def sweep_guard(device):
     return rows
 
 
-# The guard's threshold (csrc/guard_rules.h kThresholdNats), for the studies here.
-GUARD_THRESHOLD = 0.017
-
-
 def sixteen_bit(q, k, v, sm_scale, qk_dtype):
     """Attention with Q.K^T from q and k rounded to qk_dtype (products in float32 or, for float64, exact), the
     softmax in float32 and P rounded to V's 16-bit type, as a 16-bit tensor-core kernel would compute it."""
@@ -287,33 +263,33 @@ def sweep_guard_lengths(device):
     lengths and head_dims of real models: its largest block against the threshold (estimates only, no attention)."""
     from torch_sage.contract import BLOCK_Q
 
-    print(f"documented inputs, B=1, H=2, float16; threshold {GUARD_THRESHOLD}")
+    print("documented inputs, B=1, H=2, float16; flagged: by the guard's rule (csrc/guard_rules.h)")
     print(f"{'D':>5s}{'N':>8s}{'largest':>10s}{'flagged':>10s}")
     rows = []
     for d in (64, 128, 256):
         for n in (1024, 4096, 16384, 65536):
             q, k, _ = inputs(1, 2, n, d, seed=d + n)
-            est = block_error_estimates(q.half(), k.half(), 1 / math.sqrt(d), True)
-            flagged = int((est > GUARD_THRESHOLD).sum())
+            est, flags = block_error_estimates(q.half(), k.half(), 1 / math.sqrt(d), True)
+            flagged = int(flags.sum())
             print(f"{d:5d}{n:8d}{est.max().item():10.5f}{flagged:6d}/{2 * -(-n // BLOCK_Q)}")
             rows.append(dict(head_dim=d, tokens=n, largest=est.max().item(), flagged=flagged, device=device))
     return rows
 
 
 def sweep_guard_remedies(device):
-    """Issue 45's second step: per query block, the estimate flags the blocks over GUARD_THRESHOLD; each flagged
+    """Issue 45's second step: per query block, the guard's rule flags blocks by the estimate; each flagged
     block's rows are then computed another way (the rest stay the accurate mode's). Which way meets the bound."""
     from torch_sage.contract import BLOCK_Q
 
-    print(f"accurate mode; bound cosine >= 0.9999, rel L1 <= 0.015; flagged: query blocks of estimate > "
-          f"{GUARD_THRESHOLD}; each column: cosine / rel L1 with the flagged blocks' rows computed that way")
+    print("accurate mode; bound cosine >= 0.9999, rel L1 <= 0.015; flagged: the query blocks the guard's rule flags "
+          "(csrc/guard_rules.h); each column: cosine / rel L1 with the flagged blocks' rows computed that way")
     ways = ("as today", "key mean out", "per-token q", "16-bit QK", "float32 QK", "all 16-bit QK")
     print(f"{'input':>36s}{'flagged':>9s}" + "".join(f"{w:>22s}" for w in ways))
     rows = []
     for label, q, k, v, scale, smooth_k in guard_cases():
         _, ref = exact(q, k, v, False, scale)
         today = sage(q, k, v, device, False, scale, "fp16", smooth_k).double()
-        flags = block_error_estimates(q, k, scale, smooth_k) > GUARD_THRESHOLD  # [B, Hq, blocks]
+        flags = block_error_estimates(q, k, scale, smooth_k)[1]  # [B, Hq, blocks]
         rows_flagged = flags.repeat_interleave(BLOCK_Q, -1)[..., : q.shape[2], None]  # [B, Hq, N, 1]
         q16 = torch.bfloat16 if q.dtype == torch.float32 else q.dtype  # the op computes float32 as bfloat16
         # smooth_k=False: the key mean subtracted all the same (softmax does not see it; lse gets it back)

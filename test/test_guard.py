@@ -161,3 +161,35 @@ def test_compiled_calls_are_guarded_too(guard):
     out = fn(q, k, v)
     assert blocks_done() - before == 4
     assert torch.equal(out, torch_sage.attention(q, k, v, sm_scale=1.0))
+
+
+def reference_estimates(q, k, sm_scale, smooth_k, block_q=128, block_k=64):
+    """docs/SEMANTICS.md's estimate, written out in float64 over HND 16-bit inputs: [B, Hq, query blocks]."""
+    q, k = q.double() * sm_scale, k.double()
+    if smooth_k:
+        k = k - k.mean(2, keepdim=True)
+
+    def stats(t, size):  # absmax / 127 and rms over the real rows, per block of size tokens
+        blocks = t.split(size, dim=2)
+        return (torch.stack([b.abs().amax((-1, -2)) / 127 for b in blocks], -1),
+                torch.stack([b.pow(2).mean((-1, -2)).sqrt() for b in blocks], -1))
+
+    (s_q, rms_q), (s_k, rms_k) = stats(q, block_q), stats(k, block_k)
+    group = q.shape[1] // k.shape[1]
+    ms_k, mr_k = (x.pow(2).mean(-1, keepdim=True).sqrt().repeat_interleave(group, 1) for x in (s_k, rms_k))
+    return (q.shape[-1] / 12 * ((rms_q * ms_k) ** 2 + (mr_k * s_q) ** 2)).sqrt()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_estimate_is_the_documented_one(seed):
+    g = torch.Generator().manual_seed(seed)
+    pick = lambda *xs: xs[torch.randint(len(xs), (1,), generator=g).item()]  # noqa: E731
+    d, (hq, hk), (nq, nk) = pick(1, 64, 80, 256), pick((2, 2), (6, 2)), pick((1, 1), (129, 65), (300, 700))
+    smooth_k, layout = pick(True, False), pick("HND", "NHD")
+    q, k, _ = make_qkv(1, hq, hk, nq, nk, d, dtype=pick(torch.float16, torch.bfloat16), layout=layout, seed=seed)
+    scale = pick(0.125, 1.0, -0.3)
+    sigma, flagged = torch.ops.sage._guard_block_estimates(q, k, layout, scale, smooth_k)
+    to_hnd = (lambda t: t) if layout == "HND" else (lambda t: t.transpose(1, 2))  # noqa: E731
+    want = reference_estimates(to_hnd(q), to_hnd(k), scale, smooth_k)
+    torch.testing.assert_close(sigma, want, rtol=1e-9, atol=0)
+    assert torch.equal(flagged, ~(want <= 0.017))

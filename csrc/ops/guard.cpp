@@ -11,6 +11,7 @@
 
 #include "../contract.h"
 #include "../guard_rules.h"
+#include "input_checks.h"
 
 namespace sage {
 
@@ -32,13 +33,13 @@ std::pair<at::Tensor, at::Tensor> block_stats(const at::Tensor& head, int64_t si
 
 double root_mean_square(const at::Tensor& x) { return x.square().mean().sqrt().item<double>(); }
 
-// [B, Hq, query blocks] bool: guard_rules.h's flag of each query block (HND inputs, Nq and Nk > 0). One head at a
-// time, so that the float64 copies stay the size of a head.
-at::Tensor flagged_blocks(const at::Tensor& q16, const at::Tensor& k16, double sm_scale, bool smooth_k) {
+// [B, Hq, query blocks] float64: guard_rules.h's variance of each query block (HND 16-bit inputs, Nq and Nk > 0).
+// One head at a time, so that the float64 copies stay the size of a head.
+at::Tensor block_variances(const at::Tensor& q16, const at::Tensor& k16, double sm_scale, bool smooth_k) {
   const int64_t batch = q16.size(0), heads_q = q16.size(1), heads_kv = k16.size(1), d = q16.size(3);
   const int64_t group = heads_q / heads_kv;
-  at::Tensor flags = at::zeros({batch, heads_q, (q16.size(2) + kBlockQ - 1) / kBlockQ}, q16.options().dtype(at::kBool));
-  auto f = flags.accessor<bool, 3>();
+  at::Tensor var = at::empty({batch, heads_q, (q16.size(2) + kBlockQ - 1) / kBlockQ}, q16.options().dtype(at::kDouble));
+  auto out = var.accessor<double, 3>();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t hk = 0; hk < heads_kv; ++hk) {
       at::Tensor kd = k16[b][hk].to(at::kDouble);
@@ -49,11 +50,32 @@ at::Tensor flagged_blocks(const at::Tensor& q16, const at::Tensor& k16, double s
         const auto [s_q, rms_q] = block_stats(q16[b][h].to(at::kDouble) * sm_scale, kBlockQ);
         const auto sq = s_q.accessor<double, 1>(), rq = rms_q.accessor<double, 1>();
         for (int64_t i = 0; i < s_q.size(0); ++i)
-          f[b][h][i] = guard::block_flagged(guard::block_error_variance(d, sq[i], rq[i], mean_s_k, mean_rms_k));
+          out[b][h][i] = guard::block_error_variance(d, sq[i], rq[i], mean_s_k, mean_rms_k);
       }
     }
   }
+  return var;
+}
+
+at::Tensor flags_of(const at::Tensor& variances) {
+  at::Tensor flags = at::empty(variances.sizes(), variances.options().dtype(at::kBool));
+  const double* v = variances.data_ptr<double>();
+  bool* f = flags.data_ptr<bool>();
+  for (int64_t i = 0; i < variances.numel(); ++i) f[i] = guard::block_flagged(v[i]);
   return flags;
+}
+
+// sage::_guard_block_estimates: each query block's estimate (the standard deviation, in nats) and its flag, for
+// benchmarks/accuracy.py and the tests; float32 inputs as the op computes them (bfloat16).
+std::tuple<at::Tensor, at::Tensor> guard_block_estimates(const at::Tensor& q, const at::Tensor& k,
+                                                          c10::string_view layout, double sm_scale, bool smooth_k) {
+  const bool hnd = is_hnd_layout(std::string(layout));
+  check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/true);
+  TORCH_CHECK(head_view(q, hnd).tokens > 0 && head_view(k, hnd).tokens > 0,
+              "sage::_guard_block_estimates: needs queries and keys");
+  const auto as16 = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t.to(at::kBFloat16) : t; };
+  const at::Tensor var = block_variances(as_hnd(as16(q), hnd), as_hnd(as16(k), hnd), sm_scale, smooth_k);
+  return {var.sqrt(), flags_of(var)};
 }
 
 }  // namespace
@@ -64,7 +86,7 @@ void guard_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& q16, 
   const at::Tensor qh = as_hnd(q, hnd), kh = as_hnd(k, hnd);
   const int64_t qo_len = qh.size(2), kv_len = kh.size(2);
   if (qh.numel() == 0 || kv_len == 0) return;
-  const at::Tensor flags = flagged_blocks(as_hnd(q16, hnd), as_hnd(k16, hnd), sm_scale, smooth_k);
+  const at::Tensor flags = flags_of(block_variances(as_hnd(q16, hnd), as_hnd(k16, hnd), sm_scale, smooth_k));
   const std::vector<int64_t> hits = [&] {
     const at::Tensor idx = flags.nonzero().contiguous();  // [hits, 3]: b, h, block
     return std::vector<int64_t>(idx.data_ptr<int64_t>(), idx.data_ptr<int64_t>() + idx.numel());
@@ -99,10 +121,14 @@ void guard_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& q16, 
   }
 }
 
-// Not in op_schemas.cpp's table: no tensor in, nothing to dispatch, no autograd to refuse.
+// Not in op_schemas.cpp's table: the counts (no tensor in) and the rule exposed for tests and studies (one kernel for
+// every device that has data, no fake: not an op for graphs), as rule_ops.cpp's.
 TORCH_LIBRARY_FRAGMENT(sage, m) {
   // [calls the guard acted on, query blocks it computed again], since the process started.
   m.def("_guard_counts() -> int[]", [] { return std::vector<int64_t>{guarded_calls.load(), guarded_blocks.load()}; });
+  m.def("_guard_block_estimates(Tensor q, Tensor k, str tensor_layout, float sm_scale, bool smooth_k) -> "
+        "(Tensor sigma, Tensor flagged)",
+        &guard_block_estimates);
 }
 
 }  // namespace sage
