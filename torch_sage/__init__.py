@@ -15,5 +15,5 @@ from .sdpa import SageSDPAMode, SDPAStats, disable_sdpa, enable_sdpa, sdpa_mode
 from .sageattention_alias import install_sageattention_alias, uninstall_sageattention_alias
 
 __version__ = "0.1.0"
-__all__ = ["attention", "attention_with_lse", "guard_counts", "sageattn", "sdpa_mode", "SageSDPAMode", "SDPAStats", "enable_sdpa",
-           "disable_sdpa", "install_sageattention_alias", "uninstall_sageattention_alias", "__version__"]
+__all__ = ["attention", "attention_with_lse", "guard_counts", "sageattn", "sdpa_mode", "SageSDPAMode", "SDPAStats",
+           "enable_sdpa", "disable_sdpa", "install_sageattention_alias", "uninstall_sageattention_alias", "__version__"]

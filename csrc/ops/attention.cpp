@@ -147,9 +147,7 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
   const double scale = sm_scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
   q_multiplier(scale);  // checks that sm_scale * log2(e) is a finite float32 before any work
   const at::ScalarType out_dtype = q.scalar_type();
-  // float32 is computed as bfloat16, whose range is float32's: nothing overflows (docs/SEMANTICS.md).
-  const auto as16 = [&](const at::Tensor& t) { return out_dtype == at::kFloat ? t.to(at::kBFloat16) : t; };
-  const at::Tensor q16 = as16(q), k16 = as16(k), v16 = as16(v);
+  const at::Tensor q16 = as_computed(q), k16 = as_computed(k), v16 = as_computed(v);
 
   static auto quant_qk = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("sage::quant_qk_int8", "")
@@ -178,7 +176,7 @@ std::tuple<at::Tensor, at::Tensor> run_attention(const at::Tensor& q, const at::
                                                       c10::SymInt(qo_len), layout, is_causal, out_dtype);
   if (want_lse && smooth_k && kv_len > 0 && lse.numel() > 0) {
     // softmax ignores the subtracted key mean, lse does not: add back sm_scale * q . k_mean.
-    const at::Tensor q_hnd = hnd ? q : q.transpose(1, 2);
+    const at::Tensor q_hnd = as_hnd(q, hnd);
     const int64_t group = q_hnd.size(1) / k_mean.size(1);
     const at::Tensor mean = group == 1 ? k_mean : k_mean.repeat_interleave(group, 1);
     lse.add_(at::matmul(q_hnd.to(at::kFloat), mean.unsqueeze(-1)).squeeze(-1), scale);

@@ -19,8 +19,6 @@ namespace {
 
 std::atomic<int64_t> guarded_calls{0}, guarded_blocks{0};
 
-at::Tensor as_hnd(const at::Tensor& t, bool hnd) { return hnd ? t : t.transpose(1, 2); }
-
 // Per block of size tokens of one head's [N, D] float64 values: absmax / 127, and the rms over the block's real
 // rows (a partial last block is not diluted by its padding).
 std::pair<at::Tensor, at::Tensor> block_stats(const at::Tensor& head, int64_t size) {
@@ -73,8 +71,7 @@ std::tuple<at::Tensor, at::Tensor> guard_block_estimates(const at::Tensor& q, co
   check_qkv(q, k, nullptr, hnd, /*allow_fp32=*/true);
   TORCH_CHECK(head_view(q, hnd).tokens > 0 && head_view(k, hnd).tokens > 0,
               "sage::_guard_block_estimates: needs queries and keys");
-  const auto as16 = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t.to(at::kBFloat16) : t; };
-  const at::Tensor var = block_variances(as_hnd(as16(q), hnd), as_hnd(as16(k), hnd), sm_scale, smooth_k);
+  const at::Tensor var = block_variances(as_hnd(as_computed(q), hnd), as_hnd(as_computed(k), hnd), sm_scale, smooth_k);
   return {var.sqrt(), flags_of(var)};
 }
 

@@ -14,6 +14,10 @@ HeadView head_view(const at::Tensor& t, bool hnd) {
   return HeadView{t.size(0), t.size(h), t.size(n), t.size(3), t.stride(0), t.stride(h), t.stride(n)};
 }
 
+at::Tensor as_hnd(const at::Tensor& t, bool hnd) { return hnd ? t : t.transpose(1, 2); }
+
+at::Tensor as_computed(const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t.to(at::kBFloat16) : t; }
+
 void check_input(const at::Tensor& t, const char* name, bool allow_fp32) {
   TORCH_CHECK(t.dim() == 4, "sage: ", name, " must be 4-D ([B, H, N, D] for HND or [B, N, H, D] for NHD), got ",
               t.dim(), "-D with shape ", t.sizes());

@@ -19,6 +19,12 @@ bool is_hnd_layout(const std::string& layout);
 
 HeadView head_view(const at::Tensor& t, bool hnd);
 
+// t as a [B, H, N, D] view (a transpose of an NHD tensor, no copy).
+at::Tensor as_hnd(const at::Tensor& t, bool hnd);
+
+// The 16-bit tensor an input is computed as: float32 as bfloat16, whose range is float32's (docs/SEMANTICS.md).
+at::Tensor as_computed(const at::Tensor& t);
+
 // Checks one input of the attention ops: rank, dtype, last-dim contiguity.
 void check_input(const at::Tensor& t, const char* name, bool allow_fp32);
 
